@@ -1,0 +1,80 @@
+/**
+ * An immutable, contiguous run of entries with O(1) amortized append and drop-front.
+ *
+ * Views share one backing array. Appending to a view whose end is the end of the backing array
+ * writes in place: no older view can see the new slot, because each view only reads its own
+ * range. Appending to a view that is no longer the newest (someone already appended past it)
+ * copies first, so every view keeps value semantics and a model test may branch from any state.
+ */
+export class SeqLog<A> {
+  private constructor(
+    private readonly backing: Array<A>,
+    private readonly offset: number,
+    readonly length: number
+  ) {}
+
+  static empty<A>(): SeqLog<A> {
+    return new SeqLog<A>([], 0, 0)
+  }
+
+  static from<A>(items: ReadonlyArray<A>): SeqLog<A> {
+    return new SeqLog<A>(items.slice(), 0, items.length)
+  }
+
+  get isEmpty(): boolean {
+    return this.length === 0
+  }
+
+  /** The entry at position `index` (0 is the front), or undefined. */
+  at(index: number): A | undefined {
+    return index >= 0 && index < this.length ? this.backing[this.offset + index] : undefined
+  }
+
+  get first(): A | undefined {
+    return this.at(0)
+  }
+
+  get last(): A | undefined {
+    return this.at(this.length - 1)
+  }
+
+  append(item: A): SeqLog<A> {
+    const end = this.offset + this.length
+    if (this.backing.length === end) {
+      this.backing.push(item)
+      return new SeqLog(this.backing, this.offset, this.length + 1)
+    }
+    const copy = this.backing.slice(this.offset, end)
+    copy.push(item)
+    return new SeqLog(copy, 0, copy.length)
+  }
+
+  appendAll(items: ReadonlyArray<A>): SeqLog<A> {
+    let log: SeqLog<A> = this
+    for (const item of items) log = log.append(item)
+    return log
+  }
+
+  /** Drops `count` entries from the front; compacts the backing array once most of it is dead. */
+  dropFront(count: number): SeqLog<A> {
+    if (count <= 0) return this
+    if (count >= this.length) return SeqLog.empty()
+    const offset = this.offset + count
+    const length = this.length - count
+    if (offset > 1024 && offset > length) {
+      return new SeqLog(this.backing.slice(offset, offset + length), 0, length)
+    }
+    return new SeqLog(this.backing, offset, length)
+  }
+
+  /** Entries from position `from` (inclusive) to `to` (exclusive), as a fresh array. */
+  slice(from: number, to: number = this.length): Array<A> {
+    const start = Math.max(0, from)
+    const end = Math.min(this.length, to)
+    return end > start ? this.backing.slice(this.offset + start, this.offset + end) : []
+  }
+
+  toArray(): Array<A> {
+    return this.slice(0)
+  }
+}

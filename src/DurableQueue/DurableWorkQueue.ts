@@ -1,0 +1,74 @@
+/**
+ * The durable work queue contract (work-pulling). Store and accept keep the producer queue's
+ * epoch-fenced, first-write-wins append model; confirmation is per message id, because workers
+ * complete out of order and a watermark cannot express holes.
+ *
+ * The rules every implementation keeps (the conformance suite checks them):
+ * - All operations are linearizable and safe to call concurrently.
+ * - `load` returns a fresh positive epoch greater than every earlier one; every write carrying an
+ *   older epoch fails with `QueueFenced`, checked in the same transaction as the write.
+ * - The queue assigns store sequences 1, 2, 3... in store order.
+ * - The first `store` of a message id wins: a retry returns the stored seq and payload with
+ *   `alreadyStored: true` and appends nothing.
+ * - `accept` and `confirmMessage` do nothing when repeated and fail with `QueueConflict` for an
+ *   unknown id; confirming a message that was never accepted is `QueueConflict` too.
+ * - A job may be compacted (deleted) once it is both accepted and confirmed, never before.
+ * - `load` returns `currentSeq` (the append cursor) and every accepted, unconfirmed job in
+ *   ascending seq order; holes are normal.
+ * - Any other backend failure is `QueueBackendError` and is retried by the controller.
+ */
+import { Context } from "effect"
+import type { Effect } from "effect"
+import type { QueueEpoch, StoredEntry, StoreRequest } from "./DurableProducerQueue.js"
+import type { QueueBackendError, QueueConflict, QueueFenced } from "./QueueErrors.js"
+
+export interface WorkQueueState {
+  /** The highest seq ever assigned (0 for an empty queue). */
+  readonly currentSeq: number
+  /** Accepted, unconfirmed jobs, ascending by seq. */
+  readonly pending: ReadonlyArray<StoredEntry>
+}
+
+export interface WorkLoadResult {
+  readonly state: WorkQueueState
+  readonly epoch: QueueEpoch
+}
+
+export interface WorkStoreResult {
+  readonly entry: StoredEntry
+  readonly alreadyStored: boolean
+  readonly accepted: boolean
+  readonly confirmed: boolean
+}
+
+export interface DurableWorkQueueService {
+  readonly load: Effect.Effect<WorkLoadResult, QueueBackendError>
+  readonly store: (
+    epoch: QueueEpoch,
+    request: StoreRequest
+  ) => Effect.Effect<WorkStoreResult, QueueFenced | QueueConflict | QueueBackendError>
+  /** Stores several jobs in one transaction, each result as `store` would give one by one. */
+  readonly storeBatch: (
+    epoch: QueueEpoch,
+    requests: ReadonlyArray<StoreRequest>
+  ) => Effect.Effect<ReadonlyArray<WorkStoreResult>, QueueFenced | QueueConflict | QueueBackendError>
+  readonly accept: (epoch: QueueEpoch, messageId: string) => Effect.Effect<void, QueueFenced | QueueConflict | QueueBackendError>
+  readonly acceptBatch: (
+    epoch: QueueEpoch,
+    messageIds: ReadonlyArray<string>
+  ) => Effect.Effect<void, QueueFenced | QueueConflict | QueueBackendError>
+  readonly confirmMessage: (
+    epoch: QueueEpoch,
+    messageId: string
+  ) => Effect.Effect<void, QueueFenced | QueueConflict | QueueBackendError>
+  /** Confirms several jobs in one transaction, as `confirmMessage` would one by one. */
+  readonly confirmBatch: (
+    epoch: QueueEpoch,
+    messageIds: ReadonlyArray<string>
+  ) => Effect.Effect<void, QueueFenced | QueueConflict | QueueBackendError>
+}
+
+export class DurableWorkQueue extends Context.Tag("effect-reliable/DurableWorkQueue")<
+  DurableWorkQueue,
+  DurableWorkQueueService
+>() {}

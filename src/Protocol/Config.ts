@@ -1,0 +1,78 @@
+/**
+ * Option defaults and bounds (from the seeds), and the checks every endpoint constructor runs.
+ */
+import { Duration, Effect } from "effect"
+import { ReliableConfigError } from "./Errors.js"
+
+/** Consumer demand per request and consumer buffer capacity. */
+export const DefaultWindow = 50
+export const MinWindow = 1
+export const MaxWindow = 10_000
+
+/** Consumer controller tick: re-registration, re-delivery and gap re-request cadence. */
+export const DefaultResendInterval: Duration.Duration = Duration.seconds(2)
+/** Producer controller cadence for re-offering an unanswered `RequestNext` or unacknowledged `Stored`. */
+export const DefaultRetryInterval: Duration.Duration = Duration.millis(500)
+/** Durable queue operations: attempts before the controller restarts, and the pause between them. */
+export const DefaultQueueRetryAttempts = 3
+export const DefaultQueueRetryInterval: Duration.Duration = Duration.millis(100)
+/** How long a peer lookup may take before it counts as unanswered. */
+export const DefaultLookupTimeout: Duration.Duration = Duration.millis(500)
+
+/** Chunk size bounds: 1 KiB up to 16 MiB minus 64 KiB of envelope headroom. */
+export const MinChunkSize = 1024
+export const MaxChunkSize = 16 * 1024 * 1024 - 64 * 1024
+
+/** Queue retry policy as given by the user. */
+export interface QueueRetry {
+  readonly attempts: number
+  readonly interval: Duration.DurationInput
+}
+
+const fail = (option: string, message: string) => Effect.fail(new ReliableConfigError({ option, message }))
+
+export const checkName = (option: string, value: unknown): Effect.Effect<string, ReliableConfigError> =>
+  typeof value === "string" && value.trim().length > 0
+    ? Effect.succeed(value)
+    : fail(option, `${option} must be a non-blank string, got ${JSON.stringify(value)}`)
+
+export const checkWindow = (value: number | undefined): Effect.Effect<number, ReliableConfigError> => {
+  if (value === undefined) return Effect.succeed(DefaultWindow)
+  return Number.isInteger(value) && value >= MinWindow && value <= MaxWindow
+    ? Effect.succeed(value)
+    : fail("window", `window must be an integer in [${MinWindow}, ${MaxWindow}], got ${value}`)
+}
+
+export const checkInterval = (
+  option: string,
+  value: Duration.DurationInput | undefined,
+  fallback: Duration.Duration
+): Effect.Effect<Duration.Duration, ReliableConfigError> => {
+  if (value === undefined) return Effect.succeed(fallback)
+  const decoded = Duration.decodeUnknown(value)
+  if (decoded._tag === "None") return fail(option, `${option} is not a duration: ${String(value)}`)
+  const millis = Duration.toMillis(decoded.value)
+  return Number.isFinite(millis) && millis > 0
+    ? Effect.succeed(decoded.value)
+    : fail(option, `${option} must be a positive, finite duration, got ${Duration.format(decoded.value)}`)
+}
+
+export const checkQueueRetry = (
+  value: QueueRetry | undefined
+): Effect.Effect<{ readonly attempts: number; readonly interval: Duration.Duration }, ReliableConfigError> => {
+  if (value === undefined) return Effect.succeed({ attempts: DefaultQueueRetryAttempts, interval: DefaultQueueRetryInterval })
+  if (!Number.isInteger(value.attempts) || value.attempts < 1 || value.attempts > 1000) {
+    return fail("queueRetry.attempts", `queueRetry.attempts must be an integer in [1, 1000], got ${value.attempts}`)
+  }
+  return Effect.map(
+    checkInterval("queueRetry.interval", value.interval, DefaultQueueRetryInterval),
+    (interval) => ({ attempts: value.attempts, interval })
+  )
+}
+
+export const checkChunkSize = (value: number | undefined): Effect.Effect<number | undefined, ReliableConfigError> => {
+  if (value === undefined) return Effect.succeed(undefined)
+  return Number.isInteger(value) && value >= MinChunkSize && value <= MaxChunkSize
+    ? Effect.succeed(value)
+    : fail("chunkSize", `chunkSize must be an integer in [${MinChunkSize}, ${MaxChunkSize}] bytes, got ${value}`)
+}

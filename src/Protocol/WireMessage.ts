@@ -1,0 +1,73 @@
+/**
+ * The messages controllers exchange (DESIGN.md section 5). Each is a Schema: values built by
+ * this library are trusted, values from a socket are decoded and anything malformed is dropped.
+ */
+import { Schema } from "effect"
+import { ControllerAddress } from "./Address.js"
+
+const Seq = Schema.Int.pipe(Schema.nonNegative())
+const Id = Schema.NonEmptyString
+
+/** Consumer controller -> producer controller: please bind me; fresh nonce per attempt. */
+export const RegisterConsumer = Schema.TaggedStruct("RegisterConsumer", { nonce: Id })
+export type RegisterConsumer = typeof RegisterConsumer.Type
+
+/** Producer controller -> consumer controller: you are bound to this session from `nextSeq`. */
+export const RegistrationAck = Schema.TaggedStruct("RegistrationAck", {
+  sessionId: Id,
+  nextSeq: Schema.Int.pipe(Schema.positive()),
+  nonce: Id
+})
+export type RegistrationAck = typeof RegistrationAck.Type
+
+/** Consumer -> producer: everything up to `confirmedSeq` is done; you may send up to `requestUpToSeq`. */
+export const Request = Schema.TaggedStruct("Request", {
+  sessionId: Id,
+  nonce: Id,
+  confirmedSeq: Seq,
+  requestUpToSeq: Seq,
+  viaTimeout: Schema.Boolean
+})
+export type Request = typeof Request.Type
+
+/** Consumer -> producer: everything up to `confirmedSeq` is done (no new demand). */
+export const Ack = Schema.TaggedStruct("Ack", { sessionId: Id, nonce: Id, confirmedSeq: Seq })
+export type Ack = typeof Ack.Type
+
+/** One chunk position of a large message; absent on whole messages. */
+export const ChunkMark = Schema.Struct({ first: Schema.Boolean, last: Schema.Boolean })
+export type ChunkMark = typeof ChunkMark.Type
+
+/** Producer -> consumer: one sequenced message (or one chunk of one). */
+export const SequencedMessage = Schema.TaggedStruct("SequencedMessage", {
+  sessionId: Id,
+  messageId: Id,
+  seq: Schema.Int.pipe(Schema.positive()),
+  payload: Schema.Uint8ArrayFromSelf,
+  chunk: Schema.optional(ChunkMark)
+})
+export type SequencedMessage = typeof SequencedMessage.Type
+
+export const ConsumerToProducer = Schema.Union(RegisterConsumer, Request, Ack)
+export type ConsumerToProducer = typeof ConsumerToProducer.Type
+
+export const ProducerToConsumer = Schema.Union(RegistrationAck, SequencedMessage)
+export type ProducerToConsumer = typeof ProducerToConsumer.Type
+
+export const WireMessage = Schema.Union(RegisterConsumer, RegistrationAck, Request, Ack, SequencedMessage)
+export type WireMessage = typeof WireMessage.Type
+
+/** A wire message in flight between two controllers. */
+export const Envelope = Schema.Struct({
+  from: ControllerAddress,
+  to: ControllerAddress,
+  message: WireMessage
+})
+export type Envelope = typeof Envelope.Type
+
+/** Decodes untrusted input into an envelope; `undefined` means malformed (drop and count it). */
+export const decodeEnvelope = (input: unknown): Envelope | undefined => {
+  const result = decodeEnvelopeEither(input)
+  return result._tag === "Right" ? result.right : undefined
+}
+const decodeEnvelopeEither = Schema.decodeUnknownEither(Envelope)

@@ -1,0 +1,114 @@
+/**
+ * The consumer endpoint of a point-to-point flow. `run(handler)` processes deliveries one at a
+ * time and confirms each after the handler succeeds; `deliveries` hands them out as a Stream
+ * for full control, each with its own `confirm`.
+ */
+import { Cause, Effect, Queue, Stream } from "effect"
+import type { Duration, Schema, Scope } from "effect"
+import * as ConsumerController from "./Controller/ConsumerController.js"
+import type { ConsumerStats } from "./Controller/ConsumerController.js"
+import type { EndpointKind } from "./internal/EndpointRegistry.js"
+import * as EndpointLifecycle from "./internal/EndpointLifecycle.js"
+import * as Config from "./Protocol/Config.js"
+import type { Delivery } from "./Protocol/Contract.js"
+import type { ReliableConfigError } from "./Protocol/Errors.js"
+import * as PayloadCodec from "./Protocol/PayloadCodec.js"
+import { ReliableSystem } from "./ReliableSystem.js"
+
+export interface ConsumerOptions<A, I> {
+  /** This endpoint's name, unique on its system. */
+  readonly name: string
+  /** The producer endpoint's name. */
+  readonly producer: string
+  /** Payloads are decoded with this Schema; a payload it cannot decode stops the flow. */
+  readonly payload: Schema.Schema<A, I, never>
+  /** Demand per request and buffer capacity, 1..10,000; default 50. */
+  readonly window?: number
+  /** Tick for re-registration, re-delivery and gap re-requests; default 2s. */
+  readonly resendInterval?: Duration.DurationInput
+}
+
+export interface Consumer<A> {
+  readonly name: string
+  /** Deliveries one at a time; confirm each with `delivery.confirm` after processing it. */
+  readonly deliveries: Stream.Stream<Delivery<A>>
+  /**
+   * Runs `handler` on every delivery, in order, and confirms after it succeeds. A failed handler
+   * is not confirmed: the delivery comes again after the resend interval. Runs until interrupted.
+   */
+  readonly run: <E, R>(handler: (delivery: Delivery<A>) => Effect.Effect<void, E, R>) => Effect.Effect<never, never, R>
+  readonly stats: Effect.Effect<ConsumerStats>
+}
+
+export const checkOptions = <A, I>(options: ConsumerOptions<A, I>) =>
+  Effect.all({
+    name: Config.checkName("name", options.name),
+    producer: Config.checkName("producer", options.producer),
+    window: Config.checkWindow(options.window),
+    resendInterval: Config.checkInterval("resendInterval", options.resendInterval, Config.DefaultResendInterval)
+  })
+
+/** Builds a consumer-side endpoint of the given kind (a point-to-point consumer or a worker). */
+export const makeEndpoint = <A, I>(
+  options: ConsumerOptions<A, I>,
+  kind: EndpointKind,
+  producerKinds: ReadonlyArray<EndpointKind>
+): Effect.Effect<Consumer<A>, ReliableConfigError, ReliableSystem | Scope.Scope> =>
+  Effect.gen(function*() {
+    const checked = yield* checkOptions(options)
+    const system = (yield* ReliableSystem).internal
+    const codec = PayloadCodec.make(options.payload)
+    // Holds at most the delivery in flight plus re-deliveries of it: the protocol bounds it.
+    const deliveries = yield* Effect.acquireRelease(Queue.unbounded<Delivery<A>>(), Queue.shutdown)
+    let busy = false
+
+    const lifecycle = yield* EndpointLifecycle.make<ConsumerController.ConsumerController>({
+      system,
+      record: { name: checked.name, kind, peer: checked.producer, address: undefined },
+      role: "Consumer",
+      address: (controller) => controller.address,
+      start: (stopped) =>
+        ConsumerController.make({
+          endpoint: checked.name,
+          producer: checked.producer,
+          window: checked.window,
+          resendInterval: checked.resendInterval,
+          producerKinds
+        }, codec, system, {
+          deliver: (delivery) => void deliveries.unsafeOffer(delivery),
+          handlerBusy: () => busy,
+          stopped
+        })
+    })
+
+    const run = <E, R>(handler: (delivery: Delivery<A>) => Effect.Effect<void, E, R>): Effect.Effect<never, never, R> =>
+      Effect.forever(Effect.flatMap(Queue.take(deliveries), (delivery) =>
+        Effect.suspend(() => {
+          busy = true
+          return handler(delivery).pipe(
+            Effect.matchCauseEffect({
+              onSuccess: () => delivery.confirm,
+              onFailure: (cause) =>
+                Cause.isInterruptedOnly(cause)
+                  ? Effect.failCause(cause as Cause.Cause<never>)
+                  : Effect.logWarning(`reliable consumer "${checked.name}": handler failed on ${delivery.messageId}; it will be redelivered`, cause)
+            }),
+            Effect.ensuring(Effect.sync(() => {
+              busy = false
+            }))
+          )
+        })))
+
+    return {
+      name: checked.name,
+      deliveries: Stream.fromQueue(deliveries),
+      run,
+      stats: Effect.sync(() => lifecycle.current()?.stats() ?? { delivered: 0, redelivered: 0, registrations: 0, dropped: 0 })
+    }
+  })
+
+/** A point-to-point consumer endpoint. */
+export const make = <A, I>(
+  options: ConsumerOptions<A, I>
+): Effect.Effect<Consumer<A>, ReliableConfigError, ReliableSystem | Scope.Scope> =>
+  makeEndpoint(options, "Consumer", ["Producer"])

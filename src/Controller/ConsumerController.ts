@@ -1,0 +1,158 @@
+/**
+ * The fiber shell around `ConsumerMachine`: it owns the inbox, the tick, and lookups of the
+ * producer's live controller; it decodes payloads into `Delivery` values for the endpoint.
+ * Confirming folds in the caller's fiber, so with `run` the handler, its confirmation and the
+ * next delivery all happen without a fiber hop.
+ */
+import { Duration, Effect, Either, FiberSet, Queue, Schedule } from "effect"
+import type { Scope } from "effect"
+import type { EndpointRecord } from "../internal/EndpointRegistry.js"
+import type { StopOutcome } from "../internal/StopOutcome.js"
+import type { ControllerAddress } from "../Protocol/Address.js"
+import type { Delivery } from "../Protocol/Contract.js"
+import { PayloadDecodeError } from "../Protocol/Errors.js"
+import type { PayloadCodec } from "../Protocol/PayloadCodec.js"
+import type { Envelope } from "../Protocol/WireMessage.js"
+import type { SystemInternals } from "../ReliableSystem.js"
+import * as Machine from "./ConsumerMachine.js"
+
+export interface ConsumerSettings {
+  readonly endpoint: string
+  readonly producer: string
+  readonly window: number
+  readonly resendInterval: Duration.Duration
+  /** The endpoint kinds this consumer may register with. */
+  readonly producerKinds: ReadonlyArray<EndpointRecord["kind"]>
+}
+
+export interface ConsumerHooks<A> {
+  readonly deliver: (delivery: Delivery<A>) => void
+  /** True while a `run` handler is working on a delivery (no re-delivery then). */
+  readonly handlerBusy: () => boolean
+  readonly stopped: (outcome: StopOutcome) => void
+}
+
+export interface ConsumerStats {
+  readonly delivered: number
+  readonly redelivered: number
+  readonly registrations: number
+  /** Inputs ignored as stale, from an unknown sender, or beyond demand. */
+  readonly dropped: number
+}
+
+export interface ConsumerController {
+  readonly address: ControllerAddress
+  readonly running: () => boolean
+  readonly stats: () => ConsumerStats
+}
+
+const isProducerMessage = (message: Envelope["message"]) =>
+  message._tag === "SequencedMessage" || message._tag === "RegistrationAck"
+
+/** The producer's live controller, if its record is the kind we expect and names us. */
+export const producerAddress = (
+  record: EndpointRecord | undefined,
+  settings: ConsumerSettings
+): ControllerAddress | undefined =>
+  record !== undefined && settings.producerKinds.includes(record.kind) &&
+    (record.kind !== "Producer" || record.peer === settings.endpoint)
+    ? record.address
+    : undefined
+
+export const make = <A>(
+  settings: ConsumerSettings,
+  codec: PayloadCodec<A>,
+  system: SystemInternals,
+  hooks: ConsumerHooks<A>
+): Effect.Effect<ConsumerController, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const incarnation = system.newId()
+    const address: ControllerAddress = { node: system.transport.node, endpoint: settings.endpoint, incarnation }
+    const inbox = yield* system.transport.open(address)
+    const clock = yield* Effect.clock
+    const runFork = yield* FiberSet.makeRuntime<never>()
+    const now = () => clock.unsafeCurrentTimeMillis()
+    const counters = { delivered: 0, redelivered: 0, registrations: 0, dropped: 0 }
+    let stopped = false
+    let state: Machine.ConsumerState
+
+    const resolve = Effect.flatMap(system.lookup(settings.producer), (record) =>
+      Effect.sync(() => dispatch({ _tag: "Resolved", producer: producerAddress(record, settings), now: now() })))
+
+    const deliver = (inFlight: Machine.InFlight) => {
+      const decoded = codec.decode(inFlight.payload)
+      if (Either.isLeft(decoded)) {
+        dispatch({
+          _tag: "Fail",
+          stage: "Protocol",
+          cause: new PayloadDecodeError({ endpointName: settings.endpoint, messageId: inFlight.messageId, cause: decoded.left })
+        })
+        return
+      }
+      hooks.deliver({
+        messageId: inFlight.messageId,
+        seq: inFlight.seq,
+        payload: decoded.right,
+        confirm: Effect.sync(() => void dispatch({ _tag: "Confirm", id: inFlight.id, now: now() }))
+      })
+    }
+
+    const perform = (actions: ReadonlyArray<Machine.ConsumerAction>) => {
+      let envelopes: Array<Envelope> | undefined
+      for (const action of actions) {
+        switch (action._tag) {
+          case "Send":
+            if (action.message._tag === "RegisterConsumer") counters.registrations++
+            ;(envelopes ??= []).push({ from: address, to: action.to, message: action.message })
+            break
+          case "Resolve":
+            runFork(resolve)
+            break
+          case "Deliver":
+            if (action.redelivery) counters.redelivered++
+            else counters.delivered++
+            deliver(action.delivery)
+            break
+          case "Fail":
+            stopped = true
+            hooks.stopped({ _tag: "Terminal", stage: action.stage, cause: action.cause })
+            break
+          case "Dropped":
+            counters.dropped++
+            break
+        }
+      }
+      if (envelopes !== undefined) system.transport.post(envelopes)
+    }
+
+    const dispatch = (event: Machine.ConsumerEvent) => {
+      if (stopped) return
+      const next = Machine.step(state, event)
+      state = next.state
+      perform(next.actions)
+    }
+
+    const started = Machine.initial({
+      endpoint: settings.endpoint,
+      incarnation,
+      window: settings.window,
+      resendIntervalMs: Duration.toMillis(settings.resendInterval)
+    })
+    state = started.state
+    perform(started.actions)
+
+    yield* Effect.forkScoped(Effect.forever(Effect.flatMap(Queue.takeBetween(inbox, 1, 4096), (batch) =>
+      Effect.sync(() => {
+        for (const envelope of batch) {
+          if (isProducerMessage(envelope.message)) {
+            dispatch({ _tag: "Wire", from: envelope.from, message: envelope.message as never, now: now() })
+          } else counters.dropped++
+        }
+      }))))
+    yield* Effect.forkScoped(Effect.schedule(
+      Effect.sync(() => dispatch({ _tag: "Tick", now: now(), handlerBusy: hooks.handlerBusy() })),
+      Schedule.spaced(settings.resendInterval)
+    ))
+
+    return { address, running: () => !stopped, stats: () => ({ ...counters }) }
+  })

@@ -1,0 +1,99 @@
+/**
+ * The rules of the work-pulling durable queue as pure functions over plain data, shared by the
+ * in-memory queue and the SQL queue: first-write-wins stores, acceptance and per-message
+ * confirmation. Fencing is `checkEpoch` from the producer rules.
+ */
+import { Either } from "effect"
+import type { StoredEntry, StoreRequest } from "../DurableProducerQueue.js"
+import type { WorkStoreResult } from "../DurableWorkQueue.js"
+import { QueueConflict } from "../QueueErrors.js"
+import { distinct, makeEntry } from "./ProducerQueueRules.js"
+
+/** A job's life: stored, then accepted, then confirmed (its payload may then be compacted away). */
+export type JobState = "Stored" | "Accepted" | "Confirmed"
+
+export interface StoredJob {
+  readonly entry: StoredEntry
+  readonly state: JobState
+}
+
+export interface WorkStorePlan {
+  readonly results: ReadonlyArray<WorkStoreResult>
+  /** The jobs to append, in seq order. */
+  readonly appended: ReadonlyArray<StoredJob>
+  readonly currentSeq: number
+}
+
+export type JobLookup = (messageId: string) => StoredJob | undefined
+
+export const validateStore = (requests: ReadonlyArray<StoreRequest>): QueueConflict | undefined =>
+  requests.some((request) => request.messageId.length === 0)
+    ? new QueueConflict({ message: "message id must not be empty" })
+    : undefined
+
+export const storeResult = (job: StoredJob, alreadyStored: boolean): WorkStoreResult => ({
+  entry: job.entry,
+  alreadyStored,
+  accepted: job.state !== "Stored",
+  confirmed: job.state === "Confirmed"
+})
+
+/** First write wins; new jobs take the next seqs in request order. */
+export const planStore = (
+  currentSeq: number,
+  lookup: JobLookup,
+  requests: ReadonlyArray<StoreRequest>
+): WorkStorePlan => {
+  const pending = new Map<string, StoredJob>()
+  const results: Array<WorkStoreResult> = []
+  const appended: Array<StoredJob> = []
+  let seq = currentSeq
+  for (const request of requests) {
+    const found = pending.get(request.messageId) ?? lookup(request.messageId)
+    if (found !== undefined) {
+      results.push(storeResult(found, true))
+      continue
+    }
+    seq += 1
+    const job: StoredJob = { entry: makeEntry(seq, request.messageId, request.payload), state: "Stored" }
+    pending.set(request.messageId, job)
+    appended.push(job)
+    results.push(storeResult(job, false))
+  }
+  return { results, appended, currentSeq: seq }
+}
+
+/** Every id must be stored; returns the ids still to accept. */
+export const planAccept = (
+  lookup: JobLookup,
+  messageIds: ReadonlyArray<string>
+): Either.Either<ReadonlyArray<string>, QueueConflict> => {
+  const toAccept: Array<string> = []
+  for (const messageId of distinct(messageIds)) {
+    const found = lookup(messageId)
+    if (found === undefined) {
+      return Either.left(new QueueConflict({ message: `cannot accept unknown job ${messageId}` }))
+    }
+    if (found.state === "Stored") toAccept.push(messageId)
+  }
+  return Either.right(toAccept)
+}
+
+/** Every id must be stored and accepted; returns the ids still to confirm. */
+export const planConfirm = (
+  lookup: JobLookup,
+  messageIds: ReadonlyArray<string>
+): Either.Either<ReadonlyArray<string>, QueueConflict> => {
+  const toConfirm: Array<string> = []
+  for (const messageId of distinct(messageIds)) {
+    const found = lookup(messageId)
+    if (found === undefined) {
+      return Either.left(new QueueConflict({ message: `cannot confirm unknown job ${messageId}` }))
+    }
+    if (found.state === "Stored") {
+      return Either.left(new QueueConflict({ message: `cannot confirm job ${messageId}: it was never accepted` }))
+    }
+    if (found.state === "Accepted") toConfirm.push(messageId)
+  }
+  return Either.right(toConfirm)
+}

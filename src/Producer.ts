@@ -1,0 +1,206 @@
+/**
+ * The producer endpoint of a point-to-point flow. `send` is the everyday path: it waits for
+ * demand, stores the message and completes the handshake. `requestNext`, `produce` and
+ * `storedAck` are the contract underneath, for producers fed from their own recoverable source.
+ */
+import { Effect, Either, PubSub, Stream } from "effect"
+import type { Duration, Queue, Schema, Scope } from "effect"
+import { randomUUID } from "node:crypto"
+import * as ProducerController from "./Controller/ProducerController.js"
+import type { ProducerStats } from "./Controller/ProducerController.js"
+import type { DurableProducerQueueService } from "./DurableQueue/DurableProducerQueue.js"
+import * as EndpointLifecycle from "./internal/EndpointLifecycle.js"
+import { Signal } from "./internal/Signal.js"
+import * as Config from "./Protocol/Config.js"
+import type { DeliveryConfirmed, Produced, RequestNext, Stored, StoredAck } from "./Protocol/Contract.js"
+import type { PayloadEncodeError, ProducerContractError, ReliableConfigError } from "./Protocol/Errors.js"
+import * as PayloadCodec from "./Protocol/PayloadCodec.js"
+import { ReliableSystem } from "./ReliableSystem.js"
+
+export interface ProducerOptions<A, I> {
+  /** This endpoint's name, unique on its system. */
+  readonly name: string
+  /** The consumer endpoint's name. */
+  readonly consumer: string
+  /** Every payload is encoded with this Schema before it is sequenced. */
+  readonly payload: Schema.Schema<A, I, never>
+  /** Publish a `DeliveryConfirmed` on `confirmations` for every confirmed message; default off. */
+  readonly deliveryConfirmation?: boolean
+  /** Cadence for offering an unanswered grant again; default 500ms. */
+  readonly retryInterval?: Duration.DurationInput
+  /** Split payloads larger than this many bytes into chunks; default off. */
+  readonly chunkSize?: number
+  /** Store messages durably so a producer crash loses nothing; default none. */
+  readonly durableQueue?: DurableProducerQueueService
+  /** Durable operation retries before the controller restarts; default 3 attempts, 100ms apart. */
+  readonly queueRetry?: Config.QueueRetry
+}
+
+export interface SendOptions {
+  /** The stable deduplication key; default a random UUID. */
+  readonly messageId?: string
+}
+
+export interface Producer<A> {
+  readonly name: string
+  /** Waits for demand, stores the message and completes the handshake; resolves with `Stored`. */
+  readonly send: (payload: A, options?: SendOptions) => Effect.Effect<Stored, ProducerContractError | PayloadEncodeError>
+  /**
+   * Sends many messages, storing (and durably accepting) as many as current demand allows in one
+   * step each time; results are in input order and identical to sending one by one.
+   */
+  readonly sendAll: (
+    messages: Iterable<{ readonly payload: A; readonly messageId?: string }>
+  ) => Effect.Effect<ReadonlyArray<Stored>, ProducerContractError | PayloadEncodeError>
+  /** Waits for the next grant (the contract's `RequestNext`). */
+  readonly requestNext: Effect.Effect<RequestNext>
+  /** Answers a grant; resolves with `Stored` once the message is stored. */
+  readonly produce: (produced: Produced<A>) => Effect.Effect<Stored, ProducerContractError | PayloadEncodeError>
+  /** Completes a message's handshake; the controller then emits it. */
+  readonly storedAck: (ack: StoredAck) => Effect.Effect<void, ProducerContractError>
+  /** Consumer confirmations (with `deliveryConfirmation: true`); best effort. */
+  readonly confirmations: Stream.Stream<DeliveryConfirmed>
+  /** A subscription to confirmations for the life of the scope (no race with the first one). */
+  readonly subscribeConfirmations: Effect.Effect<Queue.Dequeue<DeliveryConfirmed>, never, Scope.Scope>
+  readonly stats: Effect.Effect<ProducerStats>
+}
+
+/** The largest batch `sendAll` stores in one step. */
+const MaxBatch = 1000
+
+/** Checks the options of a producer endpoint. */
+export const checkOptions = <A, I>(options: ProducerOptions<A, I>) =>
+  Effect.all({
+    name: Config.checkName("name", options.name),
+    consumer: Config.checkName("consumer", options.consumer),
+    retryInterval: Config.checkInterval("retryInterval", options.retryInterval, Config.DefaultRetryInterval),
+    chunkSize: Config.checkChunkSize(options.chunkSize),
+    queueRetry: Config.checkQueueRetry(options.queueRetry)
+  })
+
+export const make = <A, I>(
+  options: ProducerOptions<A, I>
+): Effect.Effect<Producer<A>, ReliableConfigError, ReliableSystem | Scope.Scope> =>
+  Effect.gen(function*() {
+    const checked = yield* checkOptions(options)
+    const system = (yield* ReliableSystem).internal
+    const codec = PayloadCodec.make(options.payload)
+    const confirmations = yield* Effect.acquireRelease(PubSub.sliding<DeliveryConfirmed>(4096), PubSub.shutdown)
+    const grants = new Signal()
+    let grant: RequestNext | undefined
+
+    const settings: ProducerController.ProducerSettings = {
+      endpoint: checked.name,
+      consumer: checked.consumer,
+      deliveryConfirmation: options.deliveryConfirmation ?? false,
+      retryInterval: checked.retryInterval,
+      chunkSize: checked.chunkSize,
+      durableQueue: options.durableQueue,
+      queueRetry: checked.queueRetry
+    }
+    const lifecycle = yield* EndpointLifecycle.make<ProducerController.ProducerController<A>>({
+      system,
+      record: { name: checked.name, kind: "Producer", peer: checked.consumer, address: undefined },
+      role: "Producer",
+      address: (controller) => controller.address,
+      onStop: () => {
+        grant = undefined
+      },
+      start: (stopped) =>
+        ProducerController.make(settings, codec, system, {
+          offerGrant: (offered) => {
+            grant = offered
+            grants.fire()
+          },
+          notify: (confirmed) => {
+            for (const item of confirmed) confirmations.unsafeOffer(item)
+          },
+          stopped
+        })
+    })
+
+    /** Takes the held grant, or waits for the next one. */
+    const takeGrant: Effect.Effect<RequestNext> = Effect.suspend(() => {
+      const taken = grant
+      if (taken !== undefined) {
+        grant = undefined
+        return Effect.succeed(taken)
+      }
+      return Effect.zipRight(grants.next(), takeGrant)
+    })
+
+    const controllerOf = (of: RequestNext) => {
+      const controller = lifecycle.current()
+      return controller !== undefined && controller.address.incarnation === of.controller ? controller : undefined
+    }
+
+    /**
+     * One step of the everyday path: take a grant and answer it with up to `free demand` messages.
+     * A grant re-offered for a handshake someone abandoned (their fiber was interrupted after
+     * the message was stored) is completed first: the message is sent rather than lost.
+     */
+    const sendBatch = (
+      batch: ReadonlyArray<{ readonly payload: A; readonly messageId: string }>
+    ): Effect.Effect<ReadonlyArray<Stored>, ProducerContractError | PayloadEncodeError> =>
+      Effect.flatMap(takeGrant, (taken) => {
+        const controller = controllerOf(taken)
+        if (controller === undefined || !controller.running()) return sendBatch(batch)
+        const handshake = controller.handshake()
+        if (handshake._tag === "Stored" && handshake.grant.token === taken.token) {
+          controller.ackAll(taken.token)
+          return sendBatch(batch)
+        }
+        if (handshake._tag !== "Granted" || handshake.grant.token !== taken.token) return sendBatch(batch)
+        const items = batch.slice(0, Math.max(1, Math.min(MaxBatch, controller.freeDemand())))
+        return controller.produceAll(taken, items).pipe(
+          Effect.flatMap((stored) => {
+            controller.ackAll(taken.token)
+            return items.length === batch.length
+              ? Effect.succeed(stored)
+              : Effect.map(sendBatch(batch.slice(items.length)), (rest) => [...stored, ...rest])
+          }),
+          Effect.catchIf(
+            (error): error is ProducerContractError => error._tag === "ProducerContractError" && error.reason === "StaleGrant",
+            () => sendBatch(batch)
+          )
+        )
+      })
+
+    const send = (payload: A, sendOptions?: SendOptions) =>
+      Effect.map(sendBatch([{ payload, messageId: sendOptions?.messageId ?? randomUUID() }]), (stored) => stored[0])
+
+    const sendAll = (messages: Iterable<{ readonly payload: A; readonly messageId?: string }>) =>
+      Effect.suspend(() => {
+        const batch = Array.from(messages, (message) => ({ payload: message.payload, messageId: message.messageId ?? randomUUID() }))
+        return batch.length === 0 ? Effect.succeed([]) : sendBatch(batch)
+      })
+
+    const produce = (produced: Produced<A>) =>
+      Effect.suspend(() => {
+        const controller = controllerOf(produced.grant) ?? lifecycle.current()
+        if (controller === undefined) return Effect.die(new Error("producer endpoint has no controller"))
+        return controller.produce(produced.grant, produced.messageId, produced.payload)
+      })
+
+    const storedAck = (ack: StoredAck) =>
+      Effect.suspend(() => {
+        const controller = lifecycle.current()
+        if (controller === undefined) return Effect.die(new Error("producer endpoint has no controller"))
+        return controller.storedAck(ack)
+      })
+
+    return {
+      name: checked.name,
+      send,
+      sendAll,
+      requestNext: takeGrant,
+      produce,
+      storedAck,
+      confirmations: Stream.fromPubSub(confirmations),
+      subscribeConfirmations: PubSub.subscribe(confirmations),
+      stats: Effect.sync(() => lifecycle.current()?.stats() ?? { sent: 0, resent: 0, confirmed: 0, dropped: 0 })
+    }
+  })
+
+/** Re-exported so users can match on `Either` results of the contract helpers. */
+export { Either }

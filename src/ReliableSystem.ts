@@ -1,0 +1,101 @@
+/**
+ * The reliable system: one per process or node. It holds the endpoint names, the transport, the
+ * resolver that finds a peer's live controller, and the stream of failure events, and it can
+ * respawn an endpoint's controller.
+ */
+import { Context, Duration, Effect, Layer, PubSub, Stream } from "effect"
+import type { Queue, Scope } from "effect"
+import { EndpointRegistry } from "./internal/EndpointRegistry.js"
+import type { EndpointRecord } from "./internal/EndpointRegistry.js"
+import { DefaultLookupTimeout } from "./Protocol/Config.js"
+import { EndpointNotFound } from "./Protocol/Errors.js"
+import type { ReliableDeliveryFailed } from "./Protocol/Failure.js"
+import { Transport } from "./Transport/Transport.js"
+import type { TransportService } from "./Transport/Transport.js"
+
+export interface ReliableSystemOptions {
+  /** How long a peer lookup may take; default 500ms. */
+  readonly lookupTimeout?: Duration.DurationInput
+}
+
+/** Parts the endpoint modules of this library use; not part of the public contract. */
+export interface SystemInternals {
+  readonly transport: TransportService
+  readonly registry: EndpointRegistry
+  /** Finds an endpoint's record (local for now); undefined when unknown or unanswered in time. */
+  readonly lookup: (name: string) => Effect.Effect<EndpointRecord | undefined>
+  readonly publishFailure: (failure: ReliableDeliveryFailed) => void
+  /** A fresh id for incarnations and sessions, unique across processes. */
+  readonly newId: () => string
+}
+
+export interface ReliableSystemService {
+  /** This node's transport address. */
+  readonly node: string
+  /** Every `ReliableDeliveryFailed` published after the stream is subscribed. */
+  readonly failures: Stream.Stream<ReliableDeliveryFailed>
+  /** A subscription for the life of the scope: every failure published from now on. */
+  readonly subscribeFailures: Effect.Effect<Queue.Dequeue<ReliableDeliveryFailed>, never, Scope.Scope>
+  /** Replaces an endpoint's controller with a fresh one (new session; new epoch when durable). */
+  readonly respawn: (name: string) => Effect.Effect<void, EndpointNotFound>
+  /** The names of the endpoints this system hosts. */
+  readonly endpointNames: Effect.Effect<ReadonlyArray<string>>
+  readonly internal: SystemInternals
+}
+
+export class ReliableSystem extends Context.Tag("effect-reliable/ReliableSystem")<ReliableSystem, ReliableSystemService>() {}
+
+const makeIdSource = (): (() => string) => {
+  const prefix = Math.floor(Math.random() * 36 ** 8).toString(36).padStart(8, "0")
+  let counter = 0
+  return () => `${prefix}${(++counter).toString(36)}`
+}
+
+export const make = (options: ReliableSystemOptions = {}): Effect.Effect<ReliableSystemService, never, Transport | Scope.Scope> =>
+  Effect.gen(function*() {
+    const transport = yield* Transport
+    const registry = new EndpointRegistry()
+    const failures = yield* Effect.acquireRelease(PubSub.sliding<ReliableDeliveryFailed>(1024), PubSub.shutdown)
+    const lookupTimeout = Duration.decode(options.lookupTimeout ?? DefaultLookupTimeout)
+    const lookupLocal = (name: string) => Effect.sync(() => registry.get(name)?.record)
+    const internal: SystemInternals = {
+      transport,
+      registry,
+      lookup: (name) =>
+        lookupLocal(name).pipe(
+          Effect.timeout(lookupTimeout),
+          Effect.orElseSucceed(() => undefined)
+        ),
+      publishFailure: (failure) => void failures.unsafeOffer(failure),
+      newId: makeIdSource()
+    }
+    return {
+      node: transport.node,
+      failures: Stream.fromPubSub(failures),
+      subscribeFailures: PubSub.subscribe(failures),
+      respawn: (name) =>
+        Effect.suspend(() => {
+          const entry = registry.get(name)
+          return entry === undefined ? Effect.fail(new EndpointNotFound({ name })) : entry.respawn
+        }),
+      endpointNames: Effect.sync(() => registry.names()),
+      internal
+    }
+  })
+
+/** One reliable system on the provided transport. */
+export const layer = (options: ReliableSystemOptions = {}): Layer.Layer<ReliableSystem, never, Transport> =>
+  Layer.scoped(ReliableSystem, make(options))
+
+/** Failure events of the system in context. */
+export const failures: Stream.Stream<ReliableDeliveryFailed, never, ReliableSystem> = Stream.unwrap(
+  Effect.map(ReliableSystem, (system) => system.failures)
+)
+
+/** Subscribes to failure events of the system in context for the life of the scope. */
+export const subscribeFailures: Effect.Effect<Queue.Dequeue<ReliableDeliveryFailed>, never, ReliableSystem | Scope.Scope> =
+  Effect.flatMap(ReliableSystem, (system) => system.subscribeFailures)
+
+/** Respawns an endpoint of the system in context. */
+export const respawn = (name: string): Effect.Effect<void, EndpointNotFound, ReliableSystem> =>
+  Effect.flatMap(ReliableSystem, (system) => system.respawn(name))

@@ -1,0 +1,9 @@
+/**
+ * Transports: how envelopes travel between controllers. `layerMemory` for one process,
+ * `layerFaulty` to test resends against loss, duplication and reordering.
+ */
+export { Transport } from "./Transport/Transport.js"
+export type { TransportService, TransportStats } from "./Transport/Transport.js"
+export { layerHub, layerMemory, layerMemoryNode, MemoryHub } from "./Transport/MemoryTransport.js"
+export { FaultInjector, layerFaulty, layerWrap as layerWithFaults } from "./Transport/FaultyTransport.js"
+export type { FaultOptions, FaultStats } from "./Transport/FaultyTransport.js"

@@ -1,0 +1,29 @@
+/**
+ * effect-reliable: confirmed, ordered, flow-controlled delivery between Effect programs.
+ */
+export * as Consumer from "./Consumer.js"
+export * as Producer from "./Producer.js"
+export * as ReliableSystem from "./ReliableSystem.js"
+export * as Transport from "./Transport.js"
+export type { Delivery } from "./Protocol/Contract.js"
+export { DeliveryConfirmed, Produced, RequestNext, ReservedMessageIdPrefix, Stored, StoredAck } from "./Protocol/Contract.js"
+export {
+  EndpointClosed,
+  EndpointNotFound,
+  PayloadDecodeError,
+  PayloadEncodeError,
+  ProducerContractError,
+  ProtocolViolation,
+  ReliableConfigError
+} from "./Protocol/Errors.js"
+export { ReliableDeliveryFailed } from "./Protocol/Failure.js"
+export type { ReliableControllerRole, ReliableDeliveryStage } from "./Protocol/Failure.js"
+export {
+  DefaultResendInterval,
+  DefaultRetryInterval,
+  DefaultWindow,
+  MaxChunkSize,
+  MaxWindow,
+  MinChunkSize,
+  MinWindow
+} from "./Protocol/Config.js"

@@ -1,0 +1,81 @@
+/**
+ * The life of one endpoint's controller. Each controller runs in its own child scope of the
+ * endpoint scope; a terminal stop publishes one `ReliableDeliveryFailed` and leaves the endpoint
+ * waiting for `respawn`; a restart request (retriable durable trouble) replaces the controller at
+ * once; `respawn` always starts a fresh one.
+ */
+import { Effect, ExecutionStrategy, Exit, FiberSet, Scope } from "effect"
+import type { ReliableConfigError } from "../Protocol/Errors.js"
+import { ReliableDeliveryFailed } from "../Protocol/Failure.js"
+import type { ReliableControllerRole } from "../Protocol/Failure.js"
+import type { ControllerAddress } from "../Protocol/Address.js"
+import type { SystemInternals } from "../ReliableSystem.js"
+import type { EndpointRecord, LocalEndpoint } from "./EndpointRegistry.js"
+import type { StopOutcome } from "./StopOutcome.js"
+
+export interface Lifecycle<C> {
+  /** The controller of the latest start; it may have stopped. */
+  readonly current: () => C | undefined
+  readonly respawn: Effect.Effect<void>
+}
+
+export interface LifecycleOptions<C> {
+  readonly system: SystemInternals
+  readonly record: EndpointRecord
+  readonly role: ReliableControllerRole
+  /** Starts a controller in the current scope; it calls `stopped` at most once. */
+  readonly start: (stopped: (outcome: StopOutcome) => void) => Effect.Effect<C, never, Scope.Scope>
+  readonly address: (controller: C) => ControllerAddress
+  /** Runs synchronously when a controller stops (e.g. to void its grants). */
+  readonly onStop?: () => void
+}
+
+export const make = <C>(options: LifecycleOptions<C>): Effect.Effect<Lifecycle<C>, ReliableConfigError, Scope.Scope> =>
+  Effect.gen(function*() {
+    const endpointScope = yield* Effect.scope
+    const runFork = yield* FiberSet.makeRuntime<never>()
+    const lock = yield* Effect.makeSemaphore(1)
+    let current: C | undefined
+    let currentScope: Scope.CloseableScope | undefined
+    let entry: LocalEndpoint | undefined
+    let generation = 0
+
+    const closeCurrent = Effect.suspend(() => {
+      const scope = currentScope
+      currentScope = undefined
+      return scope === undefined ? Effect.void : Scope.close(scope, Exit.void)
+    })
+
+    const startFresh: Effect.Effect<void> = Effect.gen(function*() {
+      yield* closeCurrent
+      const scope = yield* Scope.fork(endpointScope, ExecutionStrategy.sequential)
+      const mine = ++generation
+      currentScope = scope
+      const controller = yield* Scope.extend(options.start((outcome) => stopped(mine, outcome)), scope)
+      current = controller
+      if (entry !== undefined) options.system.registry.setAddress(entry, options.address(controller))
+    })
+
+    const stopped = (mine: number, outcome: StopOutcome) => {
+      if (mine !== generation) return
+      options.onStop?.()
+      if (entry !== undefined) options.system.registry.setAddress(entry, undefined)
+      if (outcome._tag === "Terminal") {
+        options.system.publishFailure(new ReliableDeliveryFailed({
+          endpointName: options.record.name,
+          role: options.role,
+          stage: outcome.stage,
+          cause: outcome.cause
+        }))
+        runFork(lock.withPermits(1)(Effect.when(closeCurrent, () => mine === generation)))
+      } else {
+        runFork(lock.withPermits(1)(Effect.when(startFresh, () => mine === generation)))
+      }
+    }
+
+    const respawn = lock.withPermits(1)(startFresh)
+    entry = yield* options.system.registry.claim(options.record, respawn)
+    yield* Effect.addFinalizer(() => closeCurrent)
+    yield* respawn
+    return { current: () => current, respawn }
+  })

@@ -81,23 +81,22 @@ export const makeEndpoint = <A, I>(
         })
     })
 
+    const handle = <E, R>(handler: (delivery: Delivery<A>) => Effect.Effect<void, E, R>, delivery: Delivery<A>) => {
+      busy = true
+      return Effect.flatMap(Effect.exit(handler(delivery)), (exit) => {
+        busy = false
+        if (exit._tag === "Success") return delivery.confirm
+        return Cause.isInterruptedOnly(exit.cause)
+          ? Effect.failCause(exit.cause as Cause.Cause<never>)
+          : Effect.logWarning(`reliable consumer "${checked.name}": handler failed on ${delivery.messageId}; it will be redelivered`, exit.cause)
+      })
+    }
+
     const run = <E, R>(handler: (delivery: Delivery<A>) => Effect.Effect<void, E, R>): Effect.Effect<never, never, R> =>
-      Effect.forever(Effect.flatMap(Queue.take(deliveries), (delivery) =>
-        Effect.suspend(() => {
-          busy = true
-          return handler(delivery).pipe(
-            Effect.matchCauseEffect({
-              onSuccess: () => delivery.confirm,
-              onFailure: (cause) =>
-                Cause.isInterruptedOnly(cause)
-                  ? Effect.failCause(cause as Cause.Cause<never>)
-                  : Effect.logWarning(`reliable consumer "${checked.name}": handler failed on ${delivery.messageId}; it will be redelivered`, cause)
-            }),
-            Effect.ensuring(Effect.sync(() => {
-              busy = false
-            }))
-          )
-        })))
+      Effect.suspend(() => {
+        busy = false
+        return Effect.forever(Effect.flatMap(Queue.take(deliveries), (delivery) => handle(handler, delivery)))
+      })
 
     return {
       name: checked.name,

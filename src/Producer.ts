@@ -119,7 +119,7 @@ export const make = <A, I>(
         })
     })
 
-    /** Takes the held grant, or waits for the next one. */
+    /** Takes the held grant, or waits for the next one (the contract's `RequestNext`). */
     const takeGrant: Effect.Effect<RequestNext> = Effect.suspend(() => {
       const taken = grant
       if (taken !== undefined) {
@@ -134,15 +134,23 @@ export const make = <A, I>(
       return controller !== undefined && controller.address.incarnation === of.controller ? controller : undefined
     }
 
+    const isStale = (error: ProducerContractError | PayloadEncodeError) =>
+      error._tag === "ProducerContractError" && error.reason === "StaleGrant"
+
     /**
-     * One step of the everyday path: take a grant and answer it with up to `free demand` messages.
-     * A grant re-offered for a handshake someone abandoned (their fiber was interrupted after
-     * the message was stored) is completed first: the message is sent rather than lost.
+     * The everyday path: take a grant and answer it with up to `free demand` messages, again
+     * until the batch is sent. With a grant at hand and a volatile controller this is one
+     * synchronous step. A grant re-offered for a handshake someone abandoned (their fiber was
+     * interrupted after the message was stored) is completed first: that message is sent
+     * rather than lost.
      */
     const sendBatch = (
       batch: ReadonlyArray<{ readonly payload: A; readonly messageId: string }>
     ): Effect.Effect<ReadonlyArray<Stored>, ProducerContractError | PayloadEncodeError> =>
-      Effect.flatMap(takeGrant, (taken) => {
+      Effect.suspend(() => {
+        const taken = grant
+        if (taken === undefined) return Effect.zipRight(grants.next(), sendBatch(batch))
+        grant = undefined
         const controller = controllerOf(taken)
         if (controller === undefined || !controller.running()) return sendBatch(batch)
         const handshake = controller.handshake()
@@ -151,18 +159,16 @@ export const make = <A, I>(
           return sendBatch(batch)
         }
         if (handshake._tag !== "Granted" || handshake.grant.token !== taken.token) return sendBatch(batch)
-        const items = batch.slice(0, Math.max(1, Math.min(MaxBatch, controller.freeDemand())))
-        return controller.produceAll(taken, items).pipe(
-          Effect.flatMap((stored) => {
-            controller.ackAll(taken.token)
-            return items.length === batch.length
-              ? Effect.succeed(stored)
-              : Effect.map(sendBatch(batch.slice(items.length)), (rest) => [...stored, ...rest])
-          }),
-          Effect.catchIf(
-            (error): error is ProducerContractError => error._tag === "ProducerContractError" && error.reason === "StaleGrant",
-            () => sendBatch(batch)
-          )
+        const items = batch.length === 1 ? batch : batch.slice(0, Math.max(1, Math.min(MaxBatch, controller.freeDemand())))
+        const rest = items.length === batch.length ? undefined : batch.slice(items.length)
+        const sent = controller.sendNow(taken, items)
+        if (Either.isEither(sent)) {
+          if (Either.isLeft(sent)) return isStale(sent.left) ? sendBatch(batch) : sent
+          return rest === undefined ? sent : Effect.map(sendBatch(rest), (more) => [...sent.right, ...more])
+        }
+        return sent.pipe(
+          Effect.flatMap((stored) => rest === undefined ? Effect.succeed(stored) : Effect.map(sendBatch(rest), (more) => [...stored, ...more])),
+          Effect.catchIf(isStale, () => sendBatch(batch))
         )
       })
 

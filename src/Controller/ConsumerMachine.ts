@@ -3,6 +3,9 @@
  * asks for demand one window at a time, buffers what arrives out of order, reassembles chunks,
  * hands exactly one unconfirmed delivery at a time to the endpoint, and on each tick
  * re-registers, re-delivers or re-requests as needed.
+ *
+ * Like the producer machine, `step` copies the state once into a draft that the rules update;
+ * its input is never mutated.
  */
 import { sameAddress } from "../Protocol/Address.js"
 import type { ControllerAddress } from "../Protocol/Address.js"
@@ -73,9 +76,43 @@ export interface Step {
   readonly actions: ReadonlyArray<ConsumerAction>
 }
 
+type Draft = { -readonly [K in keyof ConsumerState]: ConsumerState[K] }
+type Out = Array<ConsumerAction>
+
+class StateDraft implements Draft {
+  config: ConsumerConfig
+  phase: ConsumerState["phase"]
+  registration: ConsumerState["registration"]
+  registrations: number
+  session: Session | undefined
+  confirmedSeq: number
+  requestedUpTo: number
+  received: SeqLog<SequencedMessage>
+  parked: ReadonlyArray<SequencedMessage>
+  inFlight: InFlight | undefined
+  deliveries: number
+  heard: boolean
+  lastGapRequestAt: number
+  constructor(from: ConsumerState) {
+    this.config = from.config
+    this.phase = from.phase
+    this.registration = from.registration
+    this.registrations = from.registrations
+    this.session = from.session
+    this.confirmedSeq = from.confirmedSeq
+    this.requestedUpTo = from.requestedUpTo
+    this.received = from.received
+    this.parked = from.parked
+    this.inFlight = from.inFlight
+    this.deliveries = from.deliveries
+    this.heard = from.heard
+    this.lastGapRequestAt = from.lastGapRequestAt
+  }
+}
+
 /** A fresh controller looks its producer up at once. */
 export const initial = (config: ConsumerConfig): Step => ({
-  state: {
+  state: new StateDraft({
     config,
     phase: "Running",
     registration: undefined,
@@ -89,45 +126,50 @@ export const initial = (config: ConsumerConfig): Step => ({
     deliveries: 0,
     heard: false,
     lastGapRequestAt: Number.NEGATIVE_INFINITY
-  },
+  }),
   actions: [{ _tag: "Resolve" }]
 })
 
 export const step = (state: ConsumerState, event: ConsumerEvent): Step => {
   if (state.phase === "Stopped") return { state, actions: [{ _tag: "Dropped", reason: "NotRunning" }] }
+  const s = new StateDraft(state)
+  const out: Out = []
   switch (event._tag) {
     case "Wire":
-      return event.message._tag === "RegistrationAck"
-        ? onRegistrationAck(state, event.from, event.message)
-        : onSequenced(state, event.from, event.message, event.now)
+      if (event.message._tag === "RegistrationAck") onRegistrationAck(s, event.from, event.message, out)
+      else onSequenced(s, event.from, event.message, event.now, out)
+      break
     case "Resolved":
-      return onResolved(state, event.producer)
+      onResolved(s, event.producer, out)
+      break
     case "Confirm":
-      return onConfirm(state, event.id, event.now)
+      onConfirm(s, event.id, event.now, out)
+      break
     case "Tick":
-      return onTick(state, event.now, event.handlerBusy)
+      onTick(s, event.now, event.handlerBusy, out)
+      break
     case "Fail":
-      return fail(state, event.stage, event.cause)
+      fail(s, event.stage, event.cause, out)
+      break
   }
+  return { state: s, actions: out }
 }
 
-const fail = (state: ConsumerState, stage: ReliableDeliveryStage, cause: unknown): Step => ({
-  state: { ...state, phase: "Stopped" },
-  actions: [{ _tag: "Fail", stage, cause }]
-})
+const fail = (s: Draft, stage: ReliableDeliveryStage, cause: unknown, out: Out): void => {
+  s.phase = "Stopped"
+  out.push({ _tag: "Fail", stage, cause })
+}
 
-const violation = (state: ConsumerState, message: string): Step =>
-  fail(state, "Protocol", new ProtocolViolation({ message: `consumer ${state.config.endpoint}: ${message}` }))
+const violation = (s: Draft, message: string, out: Out): void =>
+  fail(s, "Protocol", new ProtocolViolation({ message: `consumer ${s.config.endpoint}: ${message}` }), out)
 
 /** Registers with the resolved producer controller under a fresh nonce. */
-const onResolved = (state: ConsumerState, producer: ControllerAddress | undefined): Step => {
-  if (producer === undefined) return { state, actions: [] }
-  const registrations = state.registrations + 1
-  const nonce = `${state.config.incarnation}.${registrations}`
-  return {
-    state: { ...state, registrations, registration: { producer, nonce } },
-    actions: [{ _tag: "Send", to: producer, message: { _tag: "RegisterConsumer", nonce } }]
-  }
+const onResolved = (s: Draft, producer: ControllerAddress | undefined, out: Out): void => {
+  if (producer === undefined) return
+  s.registrations++
+  const nonce = `${s.config.incarnation}.${s.registrations}`
+  s.registration = { producer, nonce }
+  out.push({ _tag: "Send", to: producer, message: { _tag: "RegisterConsumer", nonce } })
 }
 
 /**
@@ -135,96 +177,86 @@ const onResolved = (state: ConsumerState, producer: ControllerAddress | undefine
  * (a new producer controller) starts from its `nextSeq` with an empty buffer. Either way the
  * consumer asks for a window of demand and for a resend of anything unconfirmed.
  */
-const onRegistrationAck = (state: ConsumerState, from: ControllerAddress, ack: RegistrationAck): Step => {
-  const registration = state.registration
+const onRegistrationAck = (s: Draft, from: ControllerAddress, ack: RegistrationAck, out: Out): void => {
+  const registration = s.registration
   if (registration === undefined || registration.nonce !== ack.nonce || !sameAddress(registration.producer, from)) {
-    return { state, actions: [{ _tag: "Dropped", reason: "StaleSession" }] }
+    return void out.push({ _tag: "Dropped", reason: "StaleSession" })
   }
-  const sameSession = state.session !== undefined && state.session.sessionId === ack.sessionId &&
-    sameAddress(state.session.producer, from)
+  const sameSession = s.session !== undefined && s.session.sessionId === ack.sessionId && sameAddress(s.session.producer, from)
+  if (!sameSession) {
+    s.confirmedSeq = ack.nextSeq - 1
+    s.received = SeqLog.empty()
+    s.parked = []
+    s.inFlight = undefined
+  }
   const session: Session = { sessionId: ack.sessionId, producer: from, nonce: ack.nonce }
-  const base: ConsumerState = sameSession
-    ? { ...state, session, registration: undefined, heard: true }
-    : {
-      ...state,
-      session,
-      registration: undefined,
-      heard: true,
-      confirmedSeq: ack.nextSeq - 1,
-      received: SeqLog.empty(),
-      parked: [],
-      inFlight: undefined
-    }
-  const upTo = base.confirmedSeq + base.config.window
-  return {
-    state: { ...base, requestedUpTo: upTo },
-    actions: [{ _tag: "Send", to: from, message: request(base, session, upTo, true) }]
-  }
+  s.session = session
+  s.registration = undefined
+  s.heard = true
+  s.requestedUpTo = s.confirmedSeq + s.config.window
+  out.push({ _tag: "Send", to: from, message: request(s, session, s.requestedUpTo, true) })
 }
 
-const request = (state: ConsumerState, session: Session, upTo: number, viaTimeout: boolean): ConsumerToProducer => ({
+const request = (s: Draft, session: Session, upTo: number, viaTimeout: boolean): ConsumerToProducer => ({
   _tag: "Request",
   sessionId: session.sessionId,
   nonce: session.nonce,
-  confirmedSeq: state.confirmedSeq,
+  confirmedSeq: s.confirmedSeq,
   requestUpToSeq: upTo,
   viaTimeout
 })
 
-const ack = (state: ConsumerState, session: Session): ConsumerToProducer => ({
+const ack = (s: Draft, session: Session): ConsumerToProducer => ({
   _tag: "Ack",
   sessionId: session.sessionId,
   nonce: session.nonce,
-  confirmedSeq: state.confirmedSeq
+  confirmedSeq: s.confirmedSeq
 })
 
-const onSequenced = (state: ConsumerState, from: ControllerAddress, message: SequencedMessage, now: number): Step => {
-  const session = state.session
+const onSequenced = (s: Draft, from: ControllerAddress, message: SequencedMessage, now: number, out: Out): void => {
+  const session = s.session
   if (session === undefined || session.sessionId !== message.sessionId) {
-    return { state, actions: [{ _tag: "Dropped", reason: "StaleSession" }] }
+    return void out.push({ _tag: "Dropped", reason: "StaleSession" })
   }
-  if (!sameAddress(session.producer, from)) return { state, actions: [{ _tag: "Dropped", reason: "UnknownSender" }] }
-  const heard: ConsumerState = state.heard ? state : { ...state, heard: true }
-  if (message.seq <= heard.confirmedSeq) {
-    // A duplicate of something confirmed: our confirmation was lost, so say it again.
-    return { state: heard, actions: [{ _tag: "Send", to: from, message: ack(heard, session) }] }
-  }
-  if (message.seq > heard.requestedUpTo) return { state: heard, actions: [{ _tag: "Dropped", reason: "BeyondDemand" }] }
-  const actions: Array<ConsumerAction> = []
-  let next = insert(heard, message)
-  if (next.parked.length > 0) next = requestGap(next, session, now, actions)
-  return deliverNext(next, now, actions)
+  if (!sameAddress(session.producer, from)) return void out.push({ _tag: "Dropped", reason: "UnknownSender" })
+  s.heard = true
+  // A duplicate of something confirmed: our confirmation was lost, so say it again.
+  if (message.seq <= s.confirmedSeq) return void out.push({ _tag: "Send", to: from, message: ack(s, session) })
+  if (message.seq > s.requestedUpTo) return void out.push({ _tag: "Dropped", reason: "BeyondDemand" })
+  insert(s, message)
+  if (s.parked.length > 0) requestGap(s, session, now, out)
+  deliverNext(s, now, out)
 }
 
 /** Places a message in the contiguous run or among the parked ones; duplicates change nothing. */
-const insert = (state: ConsumerState, message: SequencedMessage): ConsumerState => {
-  const position = message.seq - state.confirmedSeq - 1
-  if (position < state.received.length) return state
-  if (position > state.received.length) {
-    const parked = state.parked
+const insert = (s: Draft, message: SequencedMessage): void => {
+  const position = message.seq - s.confirmedSeq - 1
+  if (position < s.received.length) return
+  if (position > s.received.length) {
+    const parked = s.parked
     let index = parked.length
     while (index > 0 && parked[index - 1].seq > message.seq) index--
-    if (index > 0 && parked[index - 1].seq === message.seq) return state
-    return { ...state, parked: [...parked.slice(0, index), message, ...parked.slice(index)] }
+    if (index > 0 && parked[index - 1].seq === message.seq) return
+    s.parked = [...parked.slice(0, index), message, ...parked.slice(index)]
+    return
   }
-  let received = state.received.append(message)
-  let parked = state.parked
+  let received = s.received.append(message)
   let nextSeq = message.seq + 1
   let taken = 0
-  while (taken < parked.length && parked[taken].seq === nextSeq) {
-    received = received.append(parked[taken])
+  while (taken < s.parked.length && s.parked[taken].seq === nextSeq) {
+    received = received.append(s.parked[taken])
     nextSeq++
     taken++
   }
-  if (taken > 0) parked = parked.slice(taken)
-  return { ...state, received, parked }
+  if (taken > 0) s.parked = s.parked.slice(taken)
+  s.received = received
 }
 
 /** A gap asks the producer to resend, at most once per resend interval. */
-const requestGap = (state: ConsumerState, session: Session, now: number, actions: Array<ConsumerAction>): ConsumerState => {
-  if (now - state.lastGapRequestAt < state.config.resendIntervalMs) return state
-  actions.push({ _tag: "Send", to: session.producer, message: request(state, session, state.requestedUpTo, true) })
-  return { ...state, lastGapRequestAt: now }
+const requestGap = (s: Draft, session: Session, now: number, out: Out): void => {
+  if (now - s.lastGapRequestAt < s.config.resendIntervalMs) return
+  out.push({ _tag: "Send", to: session.producer, message: request(s, session, s.requestedUpTo, true) })
+  s.lastGapRequestAt = now
 }
 
 /**
@@ -232,50 +264,48 @@ const requestGap = (state: ConsumerState, session: Session, now: number, actions
  * run from a first to a last chunk. A run that cannot complete within the window, or that breaks
  * the chunk structure, stops the flow.
  */
-const deliverNext = (state: ConsumerState, now: number, actions: Array<ConsumerAction>): Step => {
-  if (state.inFlight !== undefined) return { state, actions }
-  const head = state.received.first
-  if (head === undefined) return { state, actions }
-  if (head.chunk === undefined) return handOut(state, head.messageId, head.seq, 1, head.payload, now, actions)
-  if (!head.chunk.first) return violation(state, `message ${head.messageId} seq ${head.seq} continues a chunk run that never started`)
+const deliverNext = (s: Draft, now: number, out: Out): void => {
+  if (s.inFlight !== undefined) return
+  const head = s.received.first
+  if (head === undefined) return
+  if (head.chunk === undefined) return handOut(s, head.messageId, head.seq, 1, head.payload, now, out)
+  if (!head.chunk.first) return violation(s, `message ${head.messageId} seq ${head.seq} continues a chunk run that never started`, out)
   const parts: Array<Uint8Array> = [head.payload]
   let last = head.chunk.last
   let index = 1
-  while (!last && index < state.received.length) {
-    const part = state.received.at(index)!
+  while (!last && index < s.received.length) {
+    const part = s.received.at(index)!
     if (part.chunk === undefined || part.chunk.first || part.messageId !== head.messageId) {
-      return violation(state, `chunk run of message ${head.messageId} broken at seq ${part.seq} (message ${part.messageId})`)
+      return violation(s, `chunk run of message ${head.messageId} broken at seq ${part.seq} (message ${part.messageId})`, out)
     }
     parts.push(part.payload)
     last = part.chunk.last
     index++
   }
-  if (!last) {
-    if (head.seq + index - 1 >= state.confirmedSeq + state.config.window) {
-      return violation(
-        state,
-        `message ${head.messageId} needs more chunks than the window of ${state.config.window} can hold; ` +
-          "raise the consumer window or the producer's chunk size"
-      )
-    }
-    return { state, actions }
+  if (last) return handOut(s, head.messageId, head.seq + index - 1, index, concat(parts), now, out)
+  if (head.seq + index - 1 >= s.confirmedSeq + s.config.window) {
+    violation(
+      s,
+      `message ${head.messageId} needs more chunks than the window of ${s.config.window} can hold; ` +
+        "raise the consumer window or the producer's chunk size",
+      out
+    )
   }
-  return handOut(state, head.messageId, head.seq + index - 1, index, concat(parts), now, actions)
 }
 
 const handOut = (
-  state: ConsumerState,
+  s: Draft,
   messageId: string,
   seq: number,
   count: number,
   payload: Uint8Array,
   now: number,
-  actions: Array<ConsumerAction>
-): Step => {
-  const deliveries = state.deliveries + 1
-  const inFlight: InFlight = { id: deliveries, messageId, seq, count, payload, deliveredAt: now }
-  actions.push({ _tag: "Deliver", delivery: inFlight, redelivery: false })
-  return { state: { ...state, deliveries, inFlight }, actions }
+  out: Out
+): void => {
+  s.deliveries++
+  const inFlight: InFlight = { id: s.deliveries, messageId, seq, count, payload, deliveredAt: now }
+  s.inFlight = inFlight
+  out.push({ _tag: "Deliver", delivery: inFlight, redelivery: false })
 }
 
 const concat = (parts: ReadonlyArray<Uint8Array>): Uint8Array => {
@@ -294,28 +324,22 @@ const concat = (parts: ReadonlyArray<Uint8Array>): Uint8Array => {
  * The endpoint confirmed the delivery in flight. Demand is topped up once half the window is
  * used; otherwise an idle consumer acknowledges so the producer can drop what is confirmed.
  */
-const onConfirm = (state: ConsumerState, id: number, now: number): Step => {
-  const inFlight = state.inFlight
-  if (inFlight === undefined || inFlight.id !== id) return { state, actions: [] }
-  const next: ConsumerState = {
-    ...state,
-    inFlight: undefined,
-    confirmedSeq: state.confirmedSeq + inFlight.count,
-    received: state.received.dropFront(inFlight.count)
-  }
-  const actions: Array<ConsumerAction> = []
-  const session = next.session
-  let topped = next
+const onConfirm = (s: Draft, id: number, now: number, out: Out): void => {
+  const inFlight = s.inFlight
+  if (inFlight === undefined || inFlight.id !== id) return
+  s.inFlight = undefined
+  s.confirmedSeq += inFlight.count
+  s.received = s.received.dropFront(inFlight.count)
+  const session = s.session
   if (session !== undefined) {
-    if (next.requestedUpTo - next.confirmedSeq <= Math.floor(next.config.window / 2)) {
-      const upTo = next.confirmedSeq + next.config.window
-      actions.push({ _tag: "Send", to: session.producer, message: request(next, session, upTo, false) })
-      topped = { ...next, requestedUpTo: upTo }
-    } else if (next.received.isEmpty) {
-      actions.push({ _tag: "Send", to: session.producer, message: ack(next, session) })
+    if (s.requestedUpTo - s.confirmedSeq <= Math.floor(s.config.window / 2)) {
+      s.requestedUpTo = s.confirmedSeq + s.config.window
+      out.push({ _tag: "Send", to: session.producer, message: request(s, session, s.requestedUpTo, false) })
+    } else if (s.received.isEmpty) {
+      out.push({ _tag: "Send", to: session.producer, message: ack(s, session) })
     }
   }
-  return deliverNext(topped, now, actions)
+  deliverNext(s, now, out)
 }
 
 /**
@@ -323,16 +347,13 @@ const onConfirm = (state: ConsumerState, id: number, now: number): Step => {
  * delivery unconfirmed for a whole interval (unless the handler is still working on it);
  * re-request an open gap.
  */
-const onTick = (state: ConsumerState, now: number, handlerBusy: boolean): Step => {
-  const actions: Array<ConsumerAction> = []
-  let next: ConsumerState = { ...state, heard: false }
-  if (state.session === undefined || !state.heard) actions.push({ _tag: "Resolve" })
-  const inFlight = state.inFlight
-  if (inFlight !== undefined && !handlerBusy && now - inFlight.deliveredAt >= state.config.resendIntervalMs) {
-    const again = { ...inFlight, deliveredAt: now }
-    actions.push({ _tag: "Deliver", delivery: again, redelivery: true })
-    next = { ...next, inFlight: again }
+const onTick = (s: Draft, now: number, handlerBusy: boolean, out: Out): void => {
+  if (s.session === undefined || !s.heard) out.push({ _tag: "Resolve" })
+  s.heard = false
+  const inFlight = s.inFlight
+  if (inFlight !== undefined && !handlerBusy && now - inFlight.deliveredAt >= s.config.resendIntervalMs) {
+    s.inFlight = { ...inFlight, deliveredAt: now }
+    out.push({ _tag: "Deliver", delivery: s.inFlight, redelivery: true })
   }
-  if (state.session !== undefined && state.parked.length > 0) next = requestGap(next, state.session, now, actions)
-  return { state: next, actions }
+  if (s.session !== undefined && s.parked.length > 0) requestGap(s, s.session, now, out)
 }

@@ -65,6 +65,16 @@ export interface ProducerController<A> {
   readonly storedAck: (ack: StoredAck) => Effect.Effect<void, ProducerContractError>
   /** Acknowledges everything stored under the grant (the everyday path owns its messages). */
   readonly ackAll: (token: string) => void
+  /**
+   * Produces and acknowledges a batch under one grant. A volatile controller settles in the same
+   * call (an `Either`); a durable one returns an effect that waits for the store.
+   */
+  readonly sendNow: (
+    grant: RequestNext,
+    items: ReadonlyArray<{ readonly messageId: string; readonly payload: A }>
+  ) =>
+    | Either.Either<ReadonlyArray<Stored>, ProducerContractError | PayloadEncodeError>
+    | Effect.Effect<ReadonlyArray<Stored>, ProducerContractError | PayloadEncodeError>
   /** The handshake as it stands (the everyday `send` path recovers abandoned handshakes with it). */
   readonly handshake: () => Machine.Handshake
   /** Wire seqs the consumer granted beyond what is already emitted. */
@@ -229,36 +239,62 @@ export const make = <A>(
         message: `the controller of "${settings.endpoint}" has stopped; grant ${grant.token} is void, take a new one`
       })
 
-    /** Validates and encodes every item, then folds one Produce and waits for its answer. */
+    type Answer = Either.Either<ReadonlyArray<Stored>, ProducerContractError | PayloadEncodeError>
+
+    /**
+     * Validates and encodes every item and folds one Produce. Volatile controllers answer in the
+     * same fold; durable ones answer when the store completes (the returned Deferred).
+     */
+    const produceNow = (
+      grant: RequestNext,
+      items: ReadonlyArray<{ readonly messageId: string; readonly payload: A }>
+    ): Answer | Deferred.Deferred<ReadonlyArray<Stored>, ProducerContractError> => {
+      if (stoppedWith !== undefined) return Either.left(stoppedError(grant))
+      const encoded: Array<Machine.ProduceItem> = []
+      for (const item of items) {
+        const invalid = Machine.checkProduced(state, grant, item.messageId, item.payload)
+        if (invalid !== undefined) return Either.left(invalid)
+        if (items.length === 1) {
+          const before = Machine.answeredBefore(state, grant, item.messageId)
+          if (before !== undefined) return Either.map(before, (stored) => [stored])
+        }
+        const bytes = codec.encode(item.payload)
+        if (Either.isLeft(bytes)) {
+          const error = new PayloadEncodeError({ endpointName: settings.endpoint, messageId: item.messageId, cause: bytes.left })
+          dispatch({ _tag: "Fail", stage: "Protocol", cause: error })
+          return Either.left(error)
+        }
+        encoded.push({ messageId: item.messageId, payload: bytes.right })
+      }
+      const answered = findAnswer(dispatch({ _tag: "Produce", grant, items: encoded, now: now() }), grant.token)
+      if (answered !== undefined) return answered
+      if (stoppedWith !== undefined) return Either.left(stoppedError(grant))
+      let reply = replies.get(grant.token)
+      if (reply === undefined) {
+        reply = Deferred.unsafeMake<ReadonlyArray<Stored>, ProducerContractError>(FiberId.none)
+        replies.set(grant.token, reply)
+      }
+      return reply
+    }
+
     const produceAll = (grant: RequestNext, items: ReadonlyArray<{ readonly messageId: string; readonly payload: A }>) =>
       Effect.suspend((): Effect.Effect<ReadonlyArray<Stored>, ProducerContractError | PayloadEncodeError> => {
-        if (stoppedWith !== undefined) return Effect.fail(stoppedError(grant))
-        const encoded: Array<Machine.ProduceItem> = []
-        for (const item of items) {
-          const invalid = Machine.checkProduced(state, grant, item.messageId, item.payload)
-          if (invalid !== undefined) return Effect.fail(invalid)
-          if (items.length === 1) {
-            const before = Machine.answeredBefore(state, grant, item.messageId)
-            if (before !== undefined) return Either.map(before, (stored) => [stored])
-          }
-          const bytes = codec.encode(item.payload)
-          if (Either.isLeft(bytes)) {
-            const error = new PayloadEncodeError({ endpointName: settings.endpoint, messageId: item.messageId, cause: bytes.left })
-            dispatch({ _tag: "Fail", stage: "Protocol", cause: error })
-            return Effect.fail(error)
-          }
-          encoded.push({ messageId: item.messageId, payload: bytes.right })
-        }
-        const answered = findAnswer(dispatch({ _tag: "Produce", grant, items: encoded, now: now() }), grant.token)
-        if (answered !== undefined) return answered
-        if (stoppedWith !== undefined) return Effect.fail(stoppedError(grant))
-        let reply = replies.get(grant.token)
-        if (reply === undefined) {
-          reply = Deferred.unsafeMake<ReadonlyArray<Stored>, ProducerContractError>(FiberId.none)
-          replies.set(grant.token, reply)
-        }
-        return Deferred.await(reply)
+        const answered = produceNow(grant, items)
+        return Either.isEither(answered) ? answered : Deferred.await(answered)
       })
+
+    const ackAll = (token: string) => void dispatch({ _tag: "AckAll", token, now: now() })
+
+    /** The everyday path: produce and acknowledge in one go; synchronous unless durable. */
+    const sendNow = (
+      grant: RequestNext,
+      items: ReadonlyArray<{ readonly messageId: string; readonly payload: A }>
+    ): Answer | Effect.Effect<ReadonlyArray<Stored>, ProducerContractError | PayloadEncodeError> => {
+      const answered = produceNow(grant, items)
+      if (!Either.isEither(answered)) return Effect.tap(Deferred.await(answered), () => ackAll(grant.token))
+      if (Either.isRight(answered)) ackAll(grant.token)
+      return answered
+    }
 
     const produce = (grant: RequestNext, messageId: string, payload: A) =>
       Effect.map(produceAll(grant, [{ messageId, payload }]), (stored) => stored[0])
@@ -277,7 +313,8 @@ export const make = <A>(
       produce,
       produceAll,
       storedAck,
-      ackAll: (token) => void dispatch({ _tag: "AckAll", token, now: now() }),
+      ackAll,
+      sendNow,
       handshake: () => state.handshake,
       freeDemand: () => state.demandUpTo - Machine.lastSeq(state),
       stats: () => ({ ...counters })

@@ -9,6 +9,9 @@
  * `DeliveryConfirmed` report (from the durable queue when one is attached, else equal to the
  * wire sequence). They differ only after a reload skips entries that were stored but never
  * accepted, so the consumer never waits on a hole.
+ *
+ * `step` never mutates its input: it copies the state once into a draft (a fast, fixed-shape
+ * copy) that the rule functions below update, and returns the draft as the next state.
  */
 import { Either } from "effect"
 import { sameAddress } from "../Protocol/Address.js"
@@ -20,7 +23,7 @@ import type { StoredAck } from "../Protocol/Contract.js"
 import { ProducerContractError, ProtocolViolation } from "../Protocol/Errors.js"
 import type { ReliableDeliveryStage } from "../Protocol/Failure.js"
 import type { Ack, ChunkMark, ConsumerToProducer, ProducerToConsumer, Request, SequencedMessage } from "../Protocol/WireMessage.js"
-import type { DurableQueueState, StoredEntry, StoreResult } from "../DurableQueue/DurableProducerQueue.js"
+import type { DurableQueueState, StoreResult } from "../DurableQueue/DurableProducerQueue.js"
 import { SeqLog } from "./internal/SeqLog.js"
 
 export interface ProducerConfig {
@@ -153,11 +156,44 @@ export interface Step {
   readonly actions: ReadonlyArray<ProducerAction>
 }
 
+type Draft = { -readonly [K in keyof ProducerState]: ProducerState[K] }
+type Out = Array<ProducerAction>
+
+/** One fixed-shape copy per step: much cheaper than several object spreads. */
+class StateDraft implements Draft {
+  config: ProducerConfig
+  phase: ProducerState["phase"]
+  binding: Binding | undefined
+  demandUpTo: number
+  confirmedSeq: number
+  sentUpTo: number
+  unconfirmed: SeqLog<OutboundEntry>
+  lastStoreSeq: number
+  handshake: Handshake
+  grantCount: number
+  lastCompletedToken: string | undefined
+  persistedConfirmSeq: number
+  constructor(from: ProducerState) {
+    this.config = from.config
+    this.phase = from.phase
+    this.binding = from.binding
+    this.demandUpTo = from.demandUpTo
+    this.confirmedSeq = from.confirmedSeq
+    this.sentUpTo = from.sentUpTo
+    this.unconfirmed = from.unconfirmed
+    this.lastStoreSeq = from.lastStoreSeq
+    this.handshake = from.handshake
+    this.grantCount = from.grantCount
+    this.lastCompletedToken = from.lastCompletedToken
+    this.persistedConfirmSeq = from.persistedConfirmSeq
+  }
+}
+
 const idle: Handshake = { _tag: "Idle" }
 
 /** A fresh controller: volatile ones run at once; durable ones load first. */
 export const initial = (config: ProducerConfig, now: number): Step => {
-  const state: ProducerState = {
+  const state = new StateDraft({
     config,
     phase: config.durable ? "Loading" : "Running",
     binding: undefined,
@@ -170,67 +206,81 @@ export const initial = (config: ProducerConfig, now: number): Step => {
     grantCount: 0,
     lastCompletedToken: undefined,
     persistedConfirmSeq: 0
-  }
-  return config.durable ? { state, actions: [{ _tag: "Load" }] } : offerGrantIfDue(state, now, [])
+  })
+  const actions: Out = []
+  if (config.durable) actions.push({ _tag: "Load" })
+  else offerGrantIfDue(state, now, actions)
+  return { state, actions }
 }
 
 export const lastSeq = (state: ProducerState): number => state.confirmedSeq + state.unconfirmed.length
 
 export const step = (state: ProducerState, event: ProducerEvent): Step => {
   if (state.phase === "Stopped") return { state, actions: [{ _tag: "Dropped", reason: "NotRunning" }] }
+  const s = new StateDraft(state)
+  const out: Out = []
   switch (event._tag) {
     case "Wire":
-      return onWire(state, event.from, event.message, event.now)
+      onWire(s, event.from, event.message, event.now, out)
+      break
     case "Verified":
-      return onVerified(state, event.address, event.nonce, event.ok, event.now)
+      onVerified(s, event.address, event.nonce, event.ok, out)
+      break
     case "Produce":
-      return onProduce(state, event.grant, event.items, event.now)
+      onProduce(s, event.grant, event.items, event.now, out)
+      break
     case "StoredAck":
-      return onStoredAck(state, event.ack, event.now)
+      onStoredAck(s, event.ack, event.now, out)
+      break
     case "AckAll":
-      return onAckAll(state, event.token, event.now)
+      onAckAll(s, event.token, event.now, out)
+      break
     case "Tick":
-      return onTick(state, event.now)
+      onTick(s, event.now, out)
+      break
     case "Loaded":
-      return onLoaded(state, event.state, event.now)
+      onLoaded(s, event.state, event.now, out)
+      break
     case "StoreCompleted":
-      return onStoreCompleted(state, event.token, event.results, event.now)
+      onStoreCompleted(s, event.token, event.results, event.now, out)
+      break
     case "AcceptCompleted":
-      return onAcceptCompleted(state, event.token, event.now)
+      onAcceptCompleted(s, event.token, event.now, out)
+      break
     case "Fail":
-      return fail(state, event.stage, event.cause)
+      fail(s, event.stage, event.cause, out)
+      break
   }
+  return { state: s, actions: out }
 }
 
-const fail = (state: ProducerState, stage: ReliableDeliveryStage, cause: unknown): Step => ({
-  state: { ...state, phase: "Stopped" },
-  actions: [{ _tag: "Fail", stage, cause }]
-})
+const fail = (s: Draft, stage: ReliableDeliveryStage, cause: unknown, out: Out): void => {
+  s.phase = "Stopped"
+  out.push({ _tag: "Fail", stage, cause })
+}
+
+const dropped = (reason: DropReason, out: Out): void => void out.push({ _tag: "Dropped", reason })
 
 // ---------------------------------------------------------------------------------------------
 // Consumer-side input
 
-const onWire = (state: ProducerState, from: ControllerAddress, message: ConsumerToProducer, now: number): Step => {
-  if (state.phase !== "Running") return dropped(state, "NotRunning")
+const onWire = (s: Draft, from: ControllerAddress, message: ConsumerToProducer, now: number, out: Out): void => {
+  if (s.phase !== "Running") return dropped("NotRunning", out)
   switch (message._tag) {
     case "RegisterConsumer":
-      return onRegister(state, from, message.nonce, now)
+      return onRegister(s, from, message.nonce, out)
     case "Request":
-      return onRequest(state, from, message, now)
+      return onRequest(s, from, message, now, out)
     case "Ack":
-      return onAck(state, from, message, now)
+      return onAck(s, from, message, now, out)
   }
 }
 
-const dropped = (state: ProducerState, reason: DropReason): Step => ({ state, actions: [{ _tag: "Dropped", reason }] })
-
 /** Registration grants no demand. The bound controller re-registering needs no new verification. */
-const onRegister = (state: ProducerState, from: ControllerAddress, nonce: string, now: number): Step => {
-  if (from.endpoint !== state.config.consumer) return dropped(state, "UnverifiedSender")
-  if (state.binding !== undefined && sameAddress(state.binding.address, from)) {
-    return onVerified(state, from, nonce, true, now)
-  }
-  return { state, actions: [{ _tag: "Verify", address: from, nonce }] }
+const onRegister = (s: Draft, from: ControllerAddress, nonce: string, out: Out): void => {
+  if (from.endpoint !== s.config.consumer) return dropped("UnverifiedSender", out)
+  if (s.binding !== undefined && sameAddress(s.binding.address, from)) return onVerified(s, from, nonce, true, out)
+  out.push({ _tag: "Verify", address: from, nonce })
 }
 
 /**
@@ -238,144 +288,131 @@ const onRegister = (state: ProducerState, from: ControllerAddress, nonce: string
  * a new consumer incarnation replaces the binding and starts with no demand, from the first
  * unconfirmed seq.
  */
-const onVerified = (state: ProducerState, address: ControllerAddress, nonce: string, ok: boolean, _now: number): Step => {
-  if (state.phase !== "Running") return dropped(state, "NotRunning")
-  if (!ok) return dropped(state, "UnverifiedSender")
-  const rebinding = state.binding === undefined || !sameAddress(state.binding.address, address)
-  const next: ProducerState = rebinding
-    ? { ...state, binding: { address, nonce }, demandUpTo: state.confirmedSeq, sentUpTo: state.confirmedSeq }
-    : { ...state, binding: { address, nonce } }
-  return {
-    state: next,
-    actions: [{
-      _tag: "Send",
-      to: address,
-      message: { _tag: "RegistrationAck", sessionId: state.config.sessionId, nextSeq: state.confirmedSeq + 1, nonce }
-    }]
+const onVerified = (s: Draft, address: ControllerAddress, nonce: string, ok: boolean, out: Out): void => {
+  if (s.phase !== "Running") return dropped("NotRunning", out)
+  if (!ok) return dropped("UnverifiedSender", out)
+  if (s.binding === undefined || !sameAddress(s.binding.address, address)) {
+    s.demandUpTo = s.confirmedSeq
+    s.sentUpTo = s.confirmedSeq
   }
+  s.binding = { address, nonce }
+  out.push({
+    _tag: "Send",
+    to: address,
+    message: { _tag: "RegistrationAck", sessionId: s.config.sessionId, nextSeq: s.confirmedSeq + 1, nonce }
+  })
 }
 
 /** Only the current registration of the current session may confirm or grant demand. */
-const isCurrent = (state: ProducerState, from: ControllerAddress, sessionId: string, nonce: string): DropReason | undefined => {
-  if (sessionId !== state.config.sessionId) return "StaleSession"
-  if (state.binding === undefined || !sameAddress(state.binding.address, from) || state.binding.nonce !== nonce) {
-    return "UnboundSender"
-  }
+const staleReason = (s: Draft, from: ControllerAddress, sessionId: string, nonce: string): DropReason | undefined => {
+  if (sessionId !== s.config.sessionId) return "StaleSession"
+  if (s.binding === undefined || s.binding.nonce !== nonce || !sameAddress(s.binding.address, from)) return "UnboundSender"
   return undefined
 }
 
-const checkConfirmation = (state: ProducerState, confirmedSeq: number): ProtocolViolation | undefined =>
-  confirmedSeq > lastSeq(state)
+const checkConfirmation = (s: Draft, confirmedSeq: number): ProtocolViolation | undefined =>
+  confirmedSeq > lastSeq(s)
     ? new ProtocolViolation({
-      message: `consumer ${state.config.consumer} confirmed seq ${confirmedSeq} but the last seq sent is ${lastSeq(state)}`
+      message: `consumer ${s.config.consumer} confirmed seq ${confirmedSeq} but the last seq sent is ${lastSeq(s)}`
     })
     : undefined
 
-const checkDemand = (state: ProducerState, request: Request): ProtocolViolation | undefined => {
+const checkDemand = (s: Draft, request: Request): ProtocolViolation | undefined => {
   if (request.requestUpToSeq < request.confirmedSeq) {
     return new ProtocolViolation({
-      message: `consumer ${state.config.consumer} requested up to seq ${request.requestUpToSeq}, below its confirmed seq ${request.confirmedSeq}`
+      message: `consumer ${s.config.consumer} requested up to seq ${request.requestUpToSeq}, below its confirmed seq ${request.confirmedSeq}`
     })
   }
   if (request.requestUpToSeq - request.confirmedSeq > MaxWindow) {
     return new ProtocolViolation({
-      message: `consumer ${state.config.consumer} requested ${request.requestUpToSeq - request.confirmedSeq} messages, more than the maximum window ${MaxWindow}`
+      message: `consumer ${s.config.consumer} requested ${request.requestUpToSeq - request.confirmedSeq} messages, more than the maximum window ${MaxWindow}`
     })
   }
   return undefined
 }
 
-const onRequest = (state: ProducerState, from: ControllerAddress, request: Request, now: number): Step => {
-  const stale = isCurrent(state, from, request.sessionId, request.nonce)
-  if (stale !== undefined) return dropped(state, stale)
-  const violation = checkConfirmation(state, request.confirmedSeq) ?? checkDemand(state, request)
-  if (violation !== undefined) return fail(state, "Protocol", violation)
-  const actions: Array<ProducerAction> = []
-  let next = confirm(state, request.confirmedSeq, actions)
-  if (request.requestUpToSeq > next.demandUpTo) next = { ...next, demandUpTo: request.requestUpToSeq }
-  if (request.viaTimeout) resendUnconfirmed(next, actions)
-  next = sendWithinDemand(next, actions)
-  return offerGrantIfDue(next, now, actions)
+const onRequest = (s: Draft, from: ControllerAddress, request: Request, now: number, out: Out): void => {
+  const stale = staleReason(s, from, request.sessionId, request.nonce)
+  if (stale !== undefined) return dropped(stale, out)
+  const violation = checkConfirmation(s, request.confirmedSeq) ?? checkDemand(s, request)
+  if (violation !== undefined) return fail(s, "Protocol", violation, out)
+  confirm(s, request.confirmedSeq, out)
+  if (request.requestUpToSeq > s.demandUpTo) s.demandUpTo = request.requestUpToSeq
+  if (request.viaTimeout) resendUnconfirmed(s, out)
+  sendWithinDemand(s, out)
+  offerGrantIfDue(s, now, out)
 }
 
-const onAck = (state: ProducerState, from: ControllerAddress, ack: Ack, now: number): Step => {
-  const stale = isCurrent(state, from, ack.sessionId, ack.nonce)
-  if (stale !== undefined) return dropped(state, stale)
-  const violation = checkConfirmation(state, ack.confirmedSeq)
-  if (violation !== undefined) return fail(state, "Protocol", violation)
-  const actions: Array<ProducerAction> = []
-  return offerGrantIfDue(confirm(state, ack.confirmedSeq, actions), now, actions)
+const onAck = (s: Draft, from: ControllerAddress, ack: Ack, now: number, out: Out): void => {
+  const stale = staleReason(s, from, ack.sessionId, ack.nonce)
+  if (stale !== undefined) return dropped(stale, out)
+  const violation = checkConfirmation(s, ack.confirmedSeq)
+  if (violation !== undefined) return fail(s, "Protocol", violation, out)
+  confirm(s, ack.confirmedSeq, out)
+  offerGrantIfDue(s, now, out)
 }
 
 /** Drops the confirmed prefix, reports whole messages, and persists the store watermark. */
-const confirm = (state: ProducerState, upTo: number, actions: Array<ProducerAction>): ProducerState => {
-  const count = upTo - state.confirmedSeq
-  if (count <= 0) return state
-  const done = state.unconfirmed.slice(0, count)
-  const lastEntry = done[done.length - 1]
-  if (state.config.deliveryConfirmation) {
+const confirm = (s: Draft, upTo: number, out: Out): void => {
+  const count = upTo - s.confirmedSeq
+  if (count <= 0) return
+  const done = s.unconfirmed.slice(0, count)
+  if (s.config.deliveryConfirmation) {
     const confirmed: Array<DeliveryConfirmed> = []
     for (const entry of done) {
-      const chunk = entry.message.chunk
-      if (chunk === undefined || chunk.last) {
-        confirmed.push(new DeliveryConfirmed({ endpoint: state.config.endpoint, messageId: entry.message.messageId, seq: entry.storeSeq }))
+      if (isMessageEnd(entry)) {
+        confirmed.push(new DeliveryConfirmed({ endpoint: s.config.endpoint, messageId: entry.message.messageId, seq: entry.storeSeq }))
       }
     }
-    if (confirmed.length > 0) actions.push({ _tag: "Notify", confirmed })
+    if (confirmed.length > 0) out.push({ _tag: "Notify", confirmed })
   } else {
-    let count = 0
-    for (const entry of done) if (entry.message.chunk === undefined || entry.message.chunk.last) count++
-    if (count > 0) actions.push({ _tag: "Confirmed", count })
+    let messages = 0
+    for (const entry of done) if (isMessageEnd(entry)) messages++
+    if (messages > 0) out.push({ _tag: "Confirmed", count: messages })
   }
-  let persistedConfirmSeq = state.persistedConfirmSeq
-  if (state.config.durable && lastEntry.storeSeq > persistedConfirmSeq) {
-    persistedConfirmSeq = lastEntry.storeSeq
-    actions.push({ _tag: "PersistConfirm", upToStoreSeq: persistedConfirmSeq })
+  const lastStoreSeq = done[done.length - 1].storeSeq
+  if (s.config.durable && lastStoreSeq > s.persistedConfirmSeq) {
+    s.persistedConfirmSeq = lastStoreSeq
+    out.push({ _tag: "PersistConfirm", upToStoreSeq: lastStoreSeq })
   }
-  return {
-    ...state,
-    confirmedSeq: upTo,
-    unconfirmed: state.unconfirmed.dropFront(count),
-    sentUpTo: Math.max(state.sentUpTo, upTo),
-    persistedConfirmSeq
-  }
+  s.confirmedSeq = upTo
+  s.unconfirmed = s.unconfirmed.dropFront(count)
+  if (upTo > s.sentUpTo) s.sentUpTo = upTo
 }
 
+const isMessageEnd = (entry: OutboundEntry): boolean => entry.message.chunk === undefined || entry.message.chunk.last
+
 /** A timeout request: everything unconfirmed that was already sent goes out again. */
-const resendUnconfirmed = (state: ProducerState, actions: Array<ProducerAction>): void => {
-  const binding = state.binding
+const resendUnconfirmed = (s: Draft, out: Out): void => {
+  const binding = s.binding
   if (binding === undefined) return
-  const upTo = Math.min(state.sentUpTo, state.demandUpTo) - state.confirmedSeq
-  for (const entry of state.unconfirmed.slice(0, upTo)) {
-    actions.push({ _tag: "Resend", to: binding.address, message: entry.message })
+  for (const entry of s.unconfirmed.slice(0, Math.min(s.sentUpTo, s.demandUpTo) - s.confirmedSeq)) {
+    out.push({ _tag: "Resend", to: binding.address, message: entry.message })
   }
 }
 
 /** Sends emitted entries the consumer now has demand for and has not been sent yet. */
-const sendWithinDemand = (state: ProducerState, actions: Array<ProducerAction>): ProducerState => {
-  const binding = state.binding
-  if (binding === undefined) return state
-  const upTo = Math.min(lastSeq(state), state.demandUpTo)
-  if (upTo <= state.sentUpTo) return state
-  for (const entry of state.unconfirmed.slice(state.sentUpTo - state.confirmedSeq, upTo - state.confirmedSeq)) {
-    actions.push({ _tag: "Send", to: binding.address, message: entry.message })
+const sendWithinDemand = (s: Draft, out: Out): void => {
+  const binding = s.binding
+  if (binding === undefined) return
+  const upTo = Math.min(lastSeq(s), s.demandUpTo)
+  for (let seq = s.sentUpTo + 1; seq <= upTo; seq++) {
+    out.push({ _tag: "Send", to: binding.address, message: s.unconfirmed.at(seq - s.confirmedSeq - 1)!.message })
   }
-  return { ...state, sentUpTo: upTo }
+  if (upTo > s.sentUpTo) s.sentUpTo = upTo
 }
 
 /** A grant opens only when the handshake is idle and the consumer has demand left. */
-const offerGrantIfDue = (state: ProducerState, now: number, actions: Array<ProducerAction>): Step => {
-  if (state.phase !== "Running" || state.handshake._tag !== "Idle" || lastSeq(state) >= state.demandUpTo) {
-    return { state, actions }
-  }
-  const grantCount = state.grantCount + 1
+const offerGrantIfDue = (s: Draft, now: number, out: Out): void => {
+  if (s.phase !== "Running" || s.handshake._tag !== "Idle" || lastSeq(s) >= s.demandUpTo) return
+  s.grantCount++
   const grant = new RequestNext({
-    endpoint: state.config.endpoint,
-    controller: state.config.incarnation,
-    token: `${state.config.incarnation}:${grantCount}`
+    endpoint: s.config.endpoint,
+    controller: s.config.incarnation,
+    token: `${s.config.incarnation}:${s.grantCount}`
   })
-  actions.push({ _tag: "Offer", grant })
-  return { state: { ...state, grantCount, handshake: { _tag: "Granted", grant, offeredAt: now } }, actions }
+  s.handshake = { _tag: "Granted", grant, offeredAt: now }
+  out.push({ _tag: "Offer", grant })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -438,38 +475,38 @@ const tokenAnswered = (grant: RequestNext, messageIds: string) =>
     `grant ${grant.token} was already answered with ${messageIds}; a retried grant must receive the same Produced`
   )
 
-const onProduce = (state: ProducerState, grant: RequestNext, items: ReadonlyArray<ProduceItem>, now: number): Step => {
-  const invalid = checkGrant(state, grant.endpoint, grant.controller, "Produced")
-  if (invalid !== undefined) return answer(state, grant.token, Either.left(invalid))
-  const handshake = state.handshake
+const answer = (token: string, result: Either.Either<ReadonlyArray<Stored>, ProducerContractError>, out: Out): void =>
+  void out.push({ _tag: "Answer", token, result })
+
+const onProduce = (s: Draft, grant: RequestNext, items: ReadonlyArray<ProduceItem>, now: number, out: Out): void => {
+  const invalid = checkGrant(s, grant.endpoint, grant.controller, "Produced")
+  if (invalid !== undefined) return answer(grant.token, Either.left(invalid), out)
+  const handshake = s.handshake
   if (handshake._tag !== "Granted" || handshake.grant.token !== grant.token) {
     if (items.length === 1) {
-      const previous = answeredBefore(state, grant, items[0].messageId)
-      if (previous !== undefined) return answer(state, grant.token, Either.map(previous, (stored) => [stored]))
-      if (handshake._tag === "Storing" && handshake.grant.token === grant.token) return { state, actions: [] }
+      const previous = answeredBefore(s, grant, items[0].messageId)
+      if (previous !== undefined) return answer(grant.token, Either.map(previous, (stored) => [stored]), out)
+      if (handshake._tag === "Storing" && handshake.grant.token === grant.token) return
     }
-    return answer(state, grant.token, Either.left(contractError("StaleGrant", `grant ${grant.token} is not outstanding`)))
+    return answer(grant.token, Either.left(contractError("StaleGrant", `grant ${grant.token} is not outstanding`)), out)
   }
-  const chunked = items.map((item) => ({ messageId: item.messageId, chunks: split(item.payload, state.config.chunkSize) }))
-  if (state.config.durable) {
-    return {
-      state: { ...state, handshake: { _tag: "Storing", grant, messageIds: items.map((item) => item.messageId) } },
-      actions: [{ _tag: "Store", token: grant.token, items: chunked }]
-    }
+  if (s.config.durable) {
+    s.handshake = { _tag: "Storing", grant, messageIds: items.map((item) => item.messageId) }
+    out.push({
+      _tag: "Store",
+      token: grant.token,
+      items: items.map((item) => ({ messageId: item.messageId, chunks: split(item.payload, s.config.chunkSize) }))
+    })
+    return
   }
-  let storeSeq = state.lastStoreSeq
-  const messages = chunked.map(({ chunks, messageId }): PendingMessage => ({
-    messageId,
-    parts: chunks.map((payload, index) => ({ storeSeq: ++storeSeq, payload, chunk: chunkMark(index, chunks.length) }))
-  }))
-  return storedHandshake({ ...state, lastStoreSeq: storeSeq }, grant, messages, [], [], now)
+  const messages: Array<PendingMessage> = []
+  for (const item of items) {
+    const chunks = split(item.payload, s.config.chunkSize)
+    const parts = chunks.map((payload, index) => ({ storeSeq: ++s.lastStoreSeq, payload, chunk: chunkMark(index, chunks.length) }))
+    messages.push({ messageId: item.messageId, parts })
+  }
+  storedHandshake(s, grant, messages, undefined, undefined, now, out)
 }
-
-const answer = (
-  state: ProducerState,
-  token: string,
-  result: Either.Either<ReadonlyArray<Stored>, ProducerContractError>
-): Step => ({ state, actions: [{ _tag: "Answer", token, result }] })
 
 /** Splits an encoded payload into chunks when it exceeds the chunk size. */
 export const split = (payload: Uint8Array, chunkSize: number | undefined): ReadonlyArray<Uint8Array> => {
@@ -485,161 +522,142 @@ const chunkMark = (index: number, count: number): ChunkMark | undefined =>
   count === 1 ? undefined : { first: index === 0, last: index === count - 1 }
 
 const storedHandshake = (
-  state: ProducerState,
+  s: Draft,
   grant: RequestNext,
   messages: ReadonlyArray<PendingMessage>,
-  alreadyStored: ReadonlyArray<boolean>,
-  known: ReadonlyArray<boolean>,
-  now: number
-): Step => {
+  alreadyStored: ReadonlyArray<boolean> | undefined,
+  known: ReadonlyArray<boolean> | undefined,
+  now: number,
+  out: Out
+): void => {
   const stored = messages.map((message, index) =>
     new Stored({
-      endpoint: state.config.endpoint,
-      controller: state.config.incarnation,
+      endpoint: s.config.endpoint,
+      controller: s.config.incarnation,
       token: grant.token,
       messageId: message.messageId,
       seq: message.parts[message.parts.length - 1].storeSeq,
-      alreadyStored: alreadyStored[index] ?? false
+      alreadyStored: alreadyStored?.[index] ?? false
     })
   )
-  return {
-    state: { ...state, handshake: { _tag: "Stored", grant, stored, messages, known, offeredAt: now } },
-    actions: [{ _tag: "Answer", token: grant.token, result: Either.right(stored) }]
-  }
+  s.handshake = { _tag: "Stored", grant, stored, messages, known: known ?? [], offeredAt: now }
+  answer(grant.token, Either.right(stored), out)
 }
 
 /**
  * The durable queue's authoritative answer. A resubmission keeps the first write's shape and
  * seqs; one that is already accepted or already emitted is not dispatched twice.
  */
-const onStoreCompleted = (state: ProducerState, token: string, results: ReadonlyArray<StoreResult>, now: number): Step => {
-  const handshake = state.handshake
-  if (handshake._tag !== "Storing" || handshake.grant.token !== token) return { state, actions: [] }
-  let lastStoreSeq = state.lastStoreSeq
+const onStoreCompleted = (s: Draft, token: string, results: ReadonlyArray<StoreResult>, now: number, out: Out): void => {
+  const handshake = s.handshake
+  if (handshake._tag !== "Storing" || handshake.grant.token !== token) return
   const messages = results.map((result): PendingMessage => ({
     messageId: result.messageId,
     parts: result.entries.map((entry) => {
-      if (entry.seq > lastStoreSeq) lastStoreSeq = entry.seq
+      if (entry.seq > s.lastStoreSeq) s.lastStoreSeq = entry.seq
       return { storeSeq: entry.seq, payload: entry.payload, chunk: entry.chunk }
     })
   }))
-  const known = results.map((result) => result.alreadyStored && (result.accepted || isHeld(state, result.messageId)))
-  return storedHandshake(
-    { ...state, lastStoreSeq },
-    handshake.grant,
-    messages,
-    results.map((result) => result.alreadyStored),
-    known,
-    now
-  )
+  const known = results.map((result) => result.alreadyStored && (result.accepted || isHeld(s, result.messageId)))
+  storedHandshake(s, handshake.grant, messages, results.map((result) => result.alreadyStored), known, now, out)
 }
 
 /** True when an emitted, unconfirmed entry already carries this business id. */
-const isHeld = (state: ProducerState, messageId: string): boolean => {
-  for (let index = 0; index < state.unconfirmed.length; index++) {
-    if (state.unconfirmed.at(index)!.message.messageId === messageId) return true
+const isHeld = (s: Draft, messageId: string): boolean => {
+  for (let index = 0; index < s.unconfirmed.length; index++) {
+    if (s.unconfirmed.at(index)!.message.messageId === messageId) return true
   }
   return false
 }
 
-const ackRejected = (state: ProducerState, token: string, message: string): Step => ({
-  state,
-  actions: [{ _tag: "AckRejected", token, error: contractError("UnknownStored", message) }]
-})
+const ackRejected = (token: string, message: string, out: Out): void =>
+  void out.push({ _tag: "AckRejected", token, error: contractError("UnknownStored", message) })
 
-const onStoredAck = (state: ProducerState, ack: StoredAck, now: number): Step => {
-  const invalid = checkGrant(state, ack.endpoint, ack.controller, "StoredAck")
-  if (invalid !== undefined) return { state, actions: [{ _tag: "AckRejected", token: ack.token, error: invalid }] }
-  const handshake = state.handshake
-  if (handshake._tag === "Accepting" && handshake.grant.token === ack.token) return { state, actions: [] }
+const onStoredAck = (s: Draft, ack: StoredAck, now: number, out: Out): void => {
+  const invalid = checkGrant(s, ack.endpoint, ack.controller, "StoredAck")
+  if (invalid !== undefined) return void out.push({ _tag: "AckRejected", token: ack.token, error: invalid })
+  const handshake = s.handshake
+  if (handshake._tag === "Accepting" && handshake.grant.token === ack.token) return
   if (handshake._tag !== "Stored" || handshake.grant.token !== ack.token) {
-    if (ack.token === state.lastCompletedToken) return { state, actions: [] }
-    return ackRejected(state, ack.token, `StoredAck for ${ack.messageId} (token ${ack.token}) matches no Stored awaiting acknowledgement`)
+    if (ack.token === s.lastCompletedToken) return
+    return ackRejected(ack.token, `StoredAck for ${ack.messageId} (token ${ack.token}) matches no Stored awaiting acknowledgement`, out)
   }
   const stored = handshake.stored
   if (stored.length !== 1 || stored[0].seq !== ack.seq || stored[0].messageId !== ack.messageId) {
-    return ackRejected(state, ack.token, `StoredAck for ${ack.messageId}/${ack.seq} does not match the Stored of grant ${ack.token}`)
+    return ackRejected(ack.token, `StoredAck for ${ack.messageId}/${ack.seq} does not match the Stored of grant ${ack.token}`, out)
   }
-  return acknowledge(state, handshake, now)
+  acknowledge(s, handshake, now, out)
 }
 
-const onAckAll = (state: ProducerState, token: string, now: number): Step => {
-  const handshake = state.handshake
-  if (handshake._tag !== "Stored" || handshake.grant.token !== token) return { state, actions: [] }
-  return acknowledge(state, handshake, now)
+const onAckAll = (s: Draft, token: string, now: number, out: Out): void => {
+  const handshake = s.handshake
+  if (handshake._tag === "Stored" && handshake.grant.token === token) acknowledge(s, handshake, now, out)
 }
 
 /** StoredAck: a durable controller accepts first; a volatile one emits at once. */
-const acknowledge = (state: ProducerState, handshake: Extract<Handshake, { _tag: "Stored" }>, now: number): Step => {
-  if (state.config.durable) {
-    return {
-      state: {
-        ...state,
-        handshake: { _tag: "Accepting", grant: handshake.grant, stored: handshake.stored, messages: handshake.messages, known: handshake.known }
-      },
-      actions: [{ _tag: "Accept", token: handshake.grant.token, messageIds: handshake.stored.map((stored) => stored.messageId) }]
-    }
-  }
-  return completeHandshake(state, handshake.grant.token, handshake.messages, handshake.known, now)
+const acknowledge = (s: Draft, handshake: Extract<Handshake, { _tag: "Stored" }>, now: number, out: Out): void => {
+  if (!s.config.durable) return completeHandshake(s, handshake.grant.token, handshake.messages, handshake.known, now, out)
+  s.handshake = { _tag: "Accepting", grant: handshake.grant, stored: handshake.stored, messages: handshake.messages, known: handshake.known }
+  out.push({ _tag: "Accept", token: handshake.grant.token, messageIds: handshake.stored.map((stored) => stored.messageId) })
 }
 
-const onAcceptCompleted = (state: ProducerState, token: string, now: number): Step => {
-  const handshake = state.handshake
-  if (handshake._tag !== "Accepting" || handshake.grant.token !== token) return { state, actions: [] }
-  return completeHandshake(state, token, handshake.messages, handshake.known, now)
+const onAcceptCompleted = (s: Draft, token: string, now: number, out: Out): void => {
+  const handshake = s.handshake
+  if (handshake._tag === "Accepting" && handshake.grant.token === token) {
+    completeHandshake(s, token, handshake.messages, handshake.known, now, out)
+  }
 }
 
 /** Ends the handshake: emits each message not already held, then offers the next grant. */
 const completeHandshake = (
-  state: ProducerState,
+  s: Draft,
   token: string,
   messages: ReadonlyArray<PendingMessage>,
   known: ReadonlyArray<boolean>,
-  now: number
-): Step => {
-  const actions: Array<ProducerAction> = []
-  let next: ProducerState = { ...state, handshake: idle, lastCompletedToken: token }
+  now: number,
+  out: Out
+): void => {
+  s.handshake = idle
+  s.lastCompletedToken = token
   for (let index = 0; index < messages.length; index++) {
-    if (known[index] !== true) next = emit(next, messages[index])
+    if (known[index] !== true) emit(s, messages[index])
   }
-  return offerGrantIfDue(sendWithinDemand(next, actions), now, actions)
+  sendWithinDemand(s, out)
+  offerGrantIfDue(s, now, out)
 }
 
 /** Appends a message's parts to the unconfirmed log under the next wire seqs. */
-const emit = (state: ProducerState, message: PendingMessage): ProducerState => {
-  let unconfirmed = state.unconfirmed
-  let seq = lastSeq(state)
+const emit = (s: Draft, message: PendingMessage): void => {
+  let seq = lastSeq(s)
+  let unconfirmed = s.unconfirmed
   for (const part of message.parts) {
     seq++
-    unconfirmed = unconfirmed.append({ storeSeq: part.storeSeq, message: sequenced(state, message.messageId, seq, part.payload, part.chunk) })
+    unconfirmed = unconfirmed.append({ storeSeq: part.storeSeq, message: sequenced(s, message.messageId, seq, part.payload, part.chunk) })
   }
-  return { ...state, unconfirmed }
+  s.unconfirmed = unconfirmed
 }
 
 const sequenced = (
-  state: ProducerState,
+  s: Draft,
   messageId: string,
   seq: number,
   payload: Uint8Array,
   chunk: ChunkMark | undefined
 ): SequencedMessage =>
   chunk === undefined
-    ? { _tag: "SequencedMessage", sessionId: state.config.sessionId, messageId, seq, payload }
-    : { _tag: "SequencedMessage", sessionId: state.config.sessionId, messageId, seq, payload, chunk }
+    ? { _tag: "SequencedMessage", sessionId: s.config.sessionId, messageId, seq, payload }
+    : { _tag: "SequencedMessage", sessionId: s.config.sessionId, messageId, seq, payload, chunk }
 
 // ---------------------------------------------------------------------------------------------
 // Timer and durable lifecycle
 
 /** The retry timer offers an unanswered grant, or the grant of an unacknowledged Stored, again. */
-const onTick = (state: ProducerState, now: number): Step => {
-  const handshake = state.handshake
-  if ((handshake._tag === "Granted" || handshake._tag === "Stored") && now - handshake.offeredAt >= state.config.retryIntervalMs) {
-    return {
-      state: { ...state, handshake: { ...handshake, offeredAt: now } },
-      actions: [{ _tag: "Offer", grant: handshake.grant }]
-    }
+const onTick = (s: Draft, now: number, out: Out): void => {
+  const handshake = s.handshake
+  if ((handshake._tag === "Granted" || handshake._tag === "Stored") && now - handshake.offeredAt >= s.config.retryIntervalMs) {
+    s.handshake = { ...handshake, offeredAt: now }
+    out.push({ _tag: "Offer", grant: handshake.grant })
   }
-  return { state, actions: [] }
 }
 
 /**
@@ -647,27 +665,21 @@ const onTick = (state: ProducerState, now: number): Step => {
  * unconfirmed log (contiguous wire seqs from the confirmed watermark), redelivered before any new
  * grant because a grant needs demand beyond them.
  */
-const onLoaded = (state: ProducerState, loaded: DurableQueueState, now: number): Step => {
-  if (state.phase !== "Loading") return { state, actions: [] }
+const onLoaded = (s: Draft, loaded: DurableQueueState, now: number, out: Out): void => {
+  if (s.phase !== "Loading") return
+  s.phase = "Running"
+  s.confirmedSeq = loaded.confirmedSeq
+  s.sentUpTo = loaded.confirmedSeq
+  s.demandUpTo = loaded.confirmedSeq
+  s.lastStoreSeq = loaded.currentSeq
+  s.persistedConfirmSeq = loaded.confirmedSeq
   let unconfirmed = SeqLog.empty<OutboundEntry>()
   let seq = loaded.confirmedSeq
   for (const entry of loaded.unconfirmed) {
     seq++
-    unconfirmed = unconfirmed.append({ storeSeq: entry.seq, message: reloaded(state, entry, seq) })
+    const business = entry.chunk === undefined ? entry.messageId : (parseChunkMessageId(entry.messageId)?.messageId ?? entry.messageId)
+    unconfirmed = unconfirmed.append({ storeSeq: entry.seq, message: sequenced(s, business, seq, entry.payload, entry.chunk) })
   }
-  return offerGrantIfDue({
-    ...state,
-    phase: "Running",
-    confirmedSeq: loaded.confirmedSeq,
-    sentUpTo: loaded.confirmedSeq,
-    demandUpTo: loaded.confirmedSeq,
-    unconfirmed,
-    lastStoreSeq: loaded.currentSeq,
-    persistedConfirmSeq: loaded.confirmedSeq
-  }, now, [])
-}
-
-const reloaded = (state: ProducerState, entry: StoredEntry, seq: number): SequencedMessage => {
-  const business = entry.chunk === undefined ? entry.messageId : (parseChunkMessageId(entry.messageId)?.messageId ?? entry.messageId)
-  return sequenced(state, business, seq, entry.payload, entry.chunk)
+  s.unconfirmed = unconfirmed
+  offerGrantIfDue(s, now, out)
 }

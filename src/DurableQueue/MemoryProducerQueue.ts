@@ -66,7 +66,7 @@ const storeWhole = (
   epoch: QueueEpoch,
   requests: ReadonlyArray<StoreRequest>
 ): Effect.Effect<ReadonlyArray<StoreResult>, QueueFenced | QueueConflict | QueueChunkedBatch> =>
-  Effect.suspend(() => {
+  Effect.suspend((): Effect.Effect<ReadonlyArray<StoreResult>, QueueFenced | QueueConflict | QueueChunkedBatch> => {
     const rejected = admit(state, epoch, { _tag: "Whole", requests })
     if (rejected !== undefined) return Effect.fail(rejected)
     // the queue keeps its own copy of every payload

@@ -1,6 +1,7 @@
 /**
  * Every payload is encoded with its Schema before it is sequenced, even in one process, so a
- * flow behaves the same in a test and across a network. Bytes are the JSON of the encoded side.
+ * flow behaves the same in a test and across a network. Bytes are the UTF-8 JSON of the encoded
+ * side (Node's pooled `Buffer.from` is about twice as fast as `TextEncoder` for small payloads).
  */
 import { Either, Schema } from "effect"
 import type { ParseResult } from "effect"
@@ -10,7 +11,6 @@ export interface PayloadCodec<A> {
   readonly decode: (bytes: Uint8Array) => Either.Either<A, ParseResult.ParseError | Error>
 }
 
-const textEncoder = new TextEncoder()
 const textDecoder = new TextDecoder("utf-8", { fatal: true })
 
 export const make = <A, I>(schema: Schema.Schema<A, I, never>): PayloadCodec<A> => {
@@ -23,7 +23,7 @@ export const make = <A, I>(schema: Schema.Schema<A, I, never>): PayloadCodec<A> 
       const json = JSON.stringify(encoded.right)
       return json === undefined
         ? Either.left(new Error("the encoded payload has no JSON form"))
-        : Either.right(textEncoder.encode(json))
+        : Either.right(Buffer.from(json, "utf8"))
     },
     decode: (bytes) => {
       let parsed: unknown

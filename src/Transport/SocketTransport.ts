@@ -290,8 +290,8 @@ export const make = (
         counters.connectionsAccepted++
         const reader = new FrameReader(maxFrameSize, true)
         const decode = makeBodyDecoder()
-        const onFrame = (body: Buffer, owned: boolean) => {
-          const envelope = decode(body, owned)
+        const onFrame = (buffer: Buffer, start: number, end: number, owned: boolean) => {
+          const envelope = decode(buffer, start, end, owned)
           if (envelope === undefined) counters.malformed++
           else deliverLocal(envelope)
         }

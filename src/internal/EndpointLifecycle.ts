@@ -37,7 +37,8 @@ export const make = <C>(options: LifecycleOptions<C>): Effect.Effect<Lifecycle<C
     const lock = yield* Effect.makeSemaphore(1)
     let current: C | undefined
     let currentScope: Scope.CloseableScope | undefined
-    let entry: LocalEndpoint | undefined
+    // Claimed below, after `respawn` exists (the registry keeps it for `ReliableSystem.respawn`).
+    const claimed: { entry?: LocalEndpoint } = {}
     let generation = 0
 
     const closeCurrent = Effect.suspend(() => {
@@ -53,13 +54,13 @@ export const make = <C>(options: LifecycleOptions<C>): Effect.Effect<Lifecycle<C
       currentScope = scope
       const controller = yield* Scope.extend(options.start((outcome) => stopped(mine, outcome)), scope)
       current = controller
-      if (entry !== undefined) options.system.registry.setAddress(entry, options.address(controller))
+      if (claimed.entry !== undefined) options.system.registry.setAddress(claimed.entry, options.address(controller))
     })
 
     const stopped = (mine: number, outcome: StopOutcome) => {
       if (mine !== generation) return
       options.onStop?.()
-      if (entry !== undefined) options.system.registry.setAddress(entry, undefined)
+      if (claimed.entry !== undefined) options.system.registry.setAddress(claimed.entry, undefined)
       if (outcome._tag === "Terminal") {
         options.system.publishFailure(new ReliableDeliveryFailed({
           endpointName: options.record.name,
@@ -74,7 +75,7 @@ export const make = <C>(options: LifecycleOptions<C>): Effect.Effect<Lifecycle<C
     }
 
     const respawn = lock.withPermits(1)(startFresh)
-    entry = yield* options.system.registry.claim(options.record, respawn)
+    claimed.entry = yield* options.system.registry.claim(options.record, respawn)
     yield* Effect.addFinalizer(() => closeCurrent)
     yield* respawn
     return { current: () => current, respawn }

@@ -49,12 +49,6 @@ export class SeqLog<A> {
     return new SeqLog(copy, 0, copy.length)
   }
 
-  appendAll(items: ReadonlyArray<A>): SeqLog<A> {
-    let log: SeqLog<A> = this
-    for (const item of items) log = log.append(item)
-    return log
-  }
-
   /** Drops `count` entries from the front; compacts the backing array once most of it is dead. */
   dropFront(count: number): SeqLog<A> {
     if (count <= 0) return this

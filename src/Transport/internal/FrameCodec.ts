@@ -6,18 +6,21 @@
  *   frame      := u32be bodyLength, body                      (bodyLength <= maxFrameSize)
  *   body       := u32be n, from    (n bytes: JSON of a ControllerAddress)
  *                 u32be n, to      (n bytes: JSON of a ControllerAddress)
- *                 u32be n, message (n bytes: JSON of the wire message without its payload)
- *                 payload          (the rest of the body; only a SequencedMessage carries bytes)
+ *                 u32be n, message (n bytes: JSON of the wire message without its `payload`)
+ *                 u8 hasPayload    (0 or 1)
+ *                 payload          (the rest of the body; empty unless hasPayload is 1)
  *
- * Payload bytes ride raw, never base64'd. The two addresses are separate segments because every
- * envelope of a flow repeats them: the sender caches their bytes per address object and the
- * reader caches their decoded value per connection, so the per-frame Schema work is the small
- * message header alone.
+ * Payload bytes ride raw, never base64'd. The message is decoded with the `WireMessage` Schema
+ * after the payload is put back, so a new wire message type needs no change here as long as its
+ * fields are JSON-safe (bytes only in `payload`). The two addresses are separate segments
+ * because every envelope of a flow repeats them: the sender caches their bytes per address
+ * object and the reader caches their decoded value per connection, so the per-frame Schema work
+ * is the message alone.
  */
-import { Either, Schema, Struct } from "effect"
+import { Either, Schema } from "effect"
 import { ControllerAddress } from "../../Protocol/Address.js"
-import { Ack, RegisterConsumer, RegistrationAck, Request, SequencedMessage } from "../../Protocol/WireMessage.js"
-import type { Envelope, WireMessage } from "../../Protocol/WireMessage.js"
+import { WireMessage } from "../../Protocol/WireMessage.js"
+import type { Envelope } from "../../Protocol/WireMessage.js"
 
 /** The largest frame body either side accepts: 16 MiB. */
 export const MaxFrameSize = 16 * 1024 * 1024
@@ -28,14 +31,7 @@ export const LengthPrefixBytes = 4
 /** Sent once by the dialing side; lets a server drop a stranger's bytes at once. */
 export const Preamble: Buffer = Buffer.from("effrel/1", "ascii")
 
-/** A SequencedMessage without its payload: what rides in the message segment. */
-export const SequencedHeader = Schema.Struct(Struct.omit(SequencedMessage.fields, "payload"))
-
-/** The Schema of the message segment. */
-export const MessageHeader = Schema.Union(RegisterConsumer, RegistrationAck, Request, Ack, SequencedHeader)
-export type MessageHeader = typeof MessageHeader.Type
-
-const decodeMessageHeader = Schema.decodeUnknownEither(MessageHeader)
+const decodeWireMessage = Schema.decodeUnknownEither(WireMessage)
 const decodeAddress = Schema.decodeUnknownEither(ControllerAddress)
 
 /** An envelope ready to be copied into a write batch; `size` includes the length prefix. */
@@ -60,23 +56,22 @@ const encodeAddress = (address: ControllerAddress): Buffer => {
   return bytes
 }
 
-// Values built by this library are typed and trusted (see WireMessage.ts), and the header's
-// encoded form equals its type, so the send side skips a Schema encode: it would only re-check.
-const messageHeader = (message: WireMessage): MessageHeader => {
-  if (message._tag !== "SequencedMessage") return message
-  const { sessionId, messageId, seq, chunk } = message
-  return chunk === undefined
-    ? { _tag: "SequencedMessage", sessionId, messageId, seq }
-    : { _tag: "SequencedMessage", sessionId, messageId, seq, chunk }
-}
-
 /** Encodes an envelope into its segments; the caller enforces the size limit. */
 export const encodeFrame = (envelope: Envelope): EncodedFrame => {
   const from = encodeAddress(envelope.from)
   const to = encodeAddress(envelope.to)
-  const message = Buffer.from(JSON.stringify(messageHeader(envelope.message)))
-  const payload = envelope.message._tag === "SequencedMessage" ? envelope.message.payload : undefined
-  const body = 12 + from.length + to.length + message.length + (payload === undefined ? 0 : payload.length)
+  // Values built by this library are typed and trusted (see WireMessage.ts), so the send side
+  // skips a Schema encode: for these JSON-safe messages it would only re-check them.
+  let message: Buffer
+  let payload: Uint8Array | undefined
+  if ("payload" in envelope.message) {
+    const { payload: bytes, ...rest } = envelope.message
+    message = Buffer.from(JSON.stringify(rest))
+    payload = bytes
+  } else {
+    message = Buffer.from(JSON.stringify(envelope.message))
+  }
+  const body = 13 + from.length + to.length + message.length + (payload === undefined ? 0 : payload.length)
   return { from, to, message, payload, size: LengthPrefixBytes + body }
 }
 
@@ -87,11 +82,15 @@ export const bodyLength = (frame: EncodedFrame): number => frame.size - LengthPr
 export const writeFrame = (out: Buffer, offset: number, frame: EncodedFrame): number => {
   let at = out.writeUInt32BE(frame.size - LengthPrefixBytes, offset)
   at = out.writeUInt32BE(frame.from.length, at)
-  at += frame.from.copy(out, at)
+  out.set(frame.from, at)
+  at += frame.from.length
   at = out.writeUInt32BE(frame.to.length, at)
-  at += frame.to.copy(out, at)
+  out.set(frame.to, at)
+  at += frame.to.length
   at = out.writeUInt32BE(frame.message.length, at)
-  at += frame.message.copy(out, at)
+  out.set(frame.message, at)
+  at += frame.message.length
+  at = out.writeUInt8(frame.payload === undefined ? 0 : 1, at)
   if (frame.payload !== undefined) {
     out.set(frame.payload, at)
     at += frame.payload.length
@@ -108,6 +107,8 @@ export const writeFrames = (frames: ReadonlyArray<EncodedFrame>, start: number, 
 }
 
 const AddressCacheLimit = 256
+const SlabBytes = 16 * 1024
+const SlabCopyMax = 1024
 
 const parseJson = (text: string): unknown => {
   try {
@@ -117,58 +118,92 @@ const parseJson = (text: string): unknown => {
   }
 }
 
+interface CachedAddress {
+  readonly bytes: Buffer
+  readonly address: ControllerAddress
+}
+
+/** A frame body: `buffer[start, end)`; `owned` when the buffer holds nothing else. */
+export type FrameHandler = (buffer: Buffer, start: number, end: number, owned: boolean) => void
+
 /**
- * Decodes frame bodies from one connection. Addresses are cached per connection (bounded); the
- * message header is Schema-validated on every frame. `undefined` means malformed.
+ * Decodes frame bodies from one connection; `undefined` means malformed. Addresses are
+ * Schema-decoded once per connection and then recognised by their bytes (bounded cache); the
+ * message is Schema-decoded on every frame.
  */
 export const makeBodyDecoder = () => {
-  const addresses = new Map<string, ControllerAddress>()
+  const addresses = new Map<string, CachedAddress>()
+  // The last address seen in each position: one flow's frames hit these with a byte compare.
+  let lastFrom: CachedAddress | undefined
+  let lastTo: CachedAddress | undefined
 
-  const address = (body: Buffer, start: number, end: number): ControllerAddress | undefined => {
-    const text = body.toString("utf8", start, end)
+  const address = (hint: CachedAddress | undefined, buffer: Buffer, start: number, end: number) => {
+    if (hint !== undefined && hint.bytes.length === end - start && buffer.compare(hint.bytes, 0, hint.bytes.length, start, end) === 0) {
+      return hint
+    }
+    const text = buffer.toString("utf8", start, end)
     const cached = addresses.get(text)
     if (cached !== undefined) return cached
     const decoded = decodeAddress(parseJson(text))
     if (Either.isLeft(decoded)) return undefined
     if (addresses.size >= AddressCacheLimit) addresses.clear()
-    addresses.set(text, decoded.right)
-    return decoded.right
+    const entry: CachedAddress = { bytes: Buffer.from(buffer.subarray(start, end)), address: decoded.right }
+    addresses.set(text, entry)
+    return entry
   }
 
-  // Reads one u32-prefixed segment at `offset`; returns its end, or -1 if it overruns the body.
-  const segmentEnd = (body: Buffer, offset: number): number => {
-    if (offset + 4 > body.length) return -1
-    const end = offset + 4 + body.readUInt32BE(offset)
-    return end > body.length ? -1 : end
+  // A view into the socket's read chunk would pin the whole chunk for as long as the payload
+  // lives, and a fresh array per small payload is costly to allocate and collect; so small
+  // payloads are copied into a shared slab (pinning at most one slab, like Node's Buffer pool).
+  let slab = new Uint8Array(SlabBytes)
+  let slabUsed = 0
+  const copyOut = (buffer: Buffer, start: number, end: number): Uint8Array => {
+    const length = end - start
+    if (length > SlabCopyMax) {
+      const out = new Uint8Array(length)
+      buffer.copy(out, 0, start, end)
+      return out
+    }
+    if (slabUsed + length > SlabBytes) {
+      slab = new Uint8Array(SlabBytes)
+      slabUsed = 0
+    }
+    const out = new Uint8Array(slab.buffer, slabUsed, length)
+    buffer.copy(slab, slabUsed, start, end)
+    slabUsed += (length + 7) & ~7
+    return out
   }
 
-  /** `owned`: the body has its own memory, so the payload may be a view rather than a copy. */
-  return (body: Buffer, owned: boolean): Envelope | undefined => {
-    const fromEnd = segmentEnd(body, 0)
+  // The end of the u32-prefixed segment at `offset`, or -1 if it overruns the body.
+  const segmentEnd = (buffer: Buffer, offset: number, end: number): number => {
+    if (offset + 4 > end) return -1
+    const segment = offset + 4 + buffer.readUInt32BE(offset)
+    return segment > end ? -1 : segment
+  }
+
+  return (buffer: Buffer, start: number, end: number, owned: boolean): Envelope | undefined => {
+    const fromEnd = segmentEnd(buffer, start, end)
     if (fromEnd < 0) return undefined
-    const toEnd = segmentEnd(body, fromEnd)
+    const toEnd = segmentEnd(buffer, fromEnd, end)
     if (toEnd < 0) return undefined
-    const messageEnd = segmentEnd(body, toEnd)
-    if (messageEnd < 0) return undefined
-    const from = address(body, 4, fromEnd)
-    const to = address(body, fromEnd + 4, toEnd)
+    const messageEnd = segmentEnd(buffer, toEnd, end)
+    if (messageEnd < 0 || messageEnd >= end) return undefined
+    const from = address(lastFrom, buffer, start + 4, fromEnd)
+    const to = address(lastTo, buffer, fromEnd + 4, toEnd)
     if (from === undefined || to === undefined) return undefined
-    const header = decodeMessageHeader(parseJson(body.toString("utf8", toEnd + 4, messageEnd)))
-    if (Either.isLeft(header)) return undefined
-    const message = header.right
-    if (message._tag !== "SequencedMessage") {
-      return messageEnd === body.length ? { from, to, message } : undefined
-    }
-    const length = body.length - messageEnd
-    // A view into a shared socket chunk would pin the whole chunk for the payload's lifetime,
-    // so only a body with memory of its own is viewed; otherwise the payload is copied out.
-    let payload: Uint8Array
-    if (owned) payload = new Uint8Array(body.buffer, body.byteOffset + messageEnd, length)
-    else {
-      payload = new Uint8Array(length)
-      payload.set(body.subarray(messageEnd))
-    }
-    return { from, to, message: { ...message, payload } }
+    lastFrom = from
+    lastTo = to
+    const fields = parseJson(buffer.toString("utf8", toEnd + 4, messageEnd))
+    if (typeof fields !== "object" || fields === null || Array.isArray(fields)) return undefined
+    const hasPayload = buffer[messageEnd]
+    const payloadStart = messageEnd + 1
+    if (hasPayload === 1) {
+      ;(fields as { payload?: Uint8Array }).payload = owned
+        ? new Uint8Array(buffer.buffer, buffer.byteOffset + payloadStart, end - payloadStart)
+        : copyOut(buffer, payloadStart, end)
+    } else if (hasPayload !== 0 || payloadStart !== end) return undefined
+    const message = decodeWireMessage(fields)
+    return Either.isRight(message) ? { from: from.address, to: to.address, message: message.right } : undefined
   }
 }
 
@@ -177,7 +212,8 @@ export type ReadViolation = "BadPreamble" | "FrameTooLarge"
 
 /**
  * Splits a byte stream into frame bodies. Chunks are kept, not concatenated, until a whole frame
- * is available, so a large frame is copied once however many reads it spans.
+ * is available, so a large frame is copied once however many reads it spans; a frame inside one
+ * chunk is handed on in place.
  */
 export class FrameReader {
   private readonly chunks: Array<Buffer> = []
@@ -191,48 +227,49 @@ export class FrameReader {
   }
 
   /** Feeds one chunk; calls `onFrame` per complete body; stops at the first violation. */
-  push(chunk: Uint8Array, onFrame: (body: Buffer, owned: boolean) => void): ReadViolation | undefined {
+  push(chunk: Uint8Array, onFrame: FrameHandler): ReadViolation | undefined {
     if (chunk.length === 0) return undefined
     this.chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength))
     this.available += chunk.length
     if (!this.preambleChecked) {
       if (this.available < Preamble.length) return undefined
-      if (!this.take(Preamble.length).body.equals(Preamble)) return "BadPreamble"
+      const { buffer, start } = this.take(Preamble.length)
+      if (buffer.compare(Preamble, 0, Preamble.length, start, start + Preamble.length) !== 0) return "BadPreamble"
       this.preambleChecked = true
     }
     while (true) {
       if (this.expected < 0) {
         if (this.available < LengthPrefixBytes) return undefined
-        this.expected = this.take(LengthPrefixBytes).body.readUInt32BE(0)
+        const { buffer, start } = this.take(LengthPrefixBytes)
+        this.expected = buffer.readUInt32BE(start)
         if (this.expected > this.maxFrameSize) return "FrameTooLarge"
       }
       if (this.available < this.expected) return undefined
-      const { body, owned } = this.take(this.expected)
+      const { buffer, end, owned, start } = this.take(this.expected)
       this.expected = -1
-      onFrame(body, owned)
+      onFrame(buffer, start, end, owned)
     }
   }
 
-  private take(length: number): { readonly body: Buffer; readonly owned: boolean } {
-    if (length === 0) return { body: Buffer.alloc(0), owned: true }
+  private take(length: number): { readonly buffer: Buffer; readonly start: number; readonly end: number; readonly owned: boolean } {
     this.available -= length
     const first = this.chunks[0]
-    if (first.length - this.head >= length) {
-      const body = first.subarray(this.head, this.head + length)
+    if (first !== undefined && first.length - this.head >= length) {
+      const start = this.head
       this.advance(length)
-      return { body, owned: false }
+      return { buffer: first, start, end: start + length, owned: false }
     }
     // Spans chunks: gather into memory of its own (never a pooled slab).
-    const body = Buffer.allocUnsafeSlow(length)
+    const buffer = Buffer.allocUnsafeSlow(length)
     let filled = 0
     while (filled < length) {
       const chunk = this.chunks[0]
       const count = Math.min(length - filled, chunk.length - this.head)
-      chunk.copy(body, filled, this.head, this.head + count)
+      chunk.copy(buffer, filled, this.head, this.head + count)
       filled += count
       this.advance(count)
     }
-    return { body, owned: true }
+    return { buffer, start: 0, end: length, owned: true }
   }
 
   private advance(count: number): void {

@@ -1,0 +1,447 @@
+/**
+ * `DurableProducerQueue` on `@effect/sql`, for PostgreSQL (`@effect/sql-pg`) and SQLite
+ * (`@effect/sql-sqlite-node`). One code path decides every request with the same rules as the
+ * in-memory queue; only the statements differ per dialect.
+ *
+ * Storage: `<prefix>producer_queues` holds one row per queue (epoch, highest seq, watermark);
+ * `<prefix>producer_entries` one row per stored entry (a whole message, or one chunk of a chunked
+ * batch), keyed by queue name, so many queues share one database. The tables are created by
+ * migrations when the layer is built.
+ *
+ * Concurrency: every write locks its queue's row first (`SELECT ... FOR UPDATE` on PostgreSQL, a
+ * writing first statement on SQLite, which takes the database write lock) and checks the epoch
+ * in that transaction. On PostgreSQL the everyday writes (storing new messages, accepting stored
+ * ones) run as single statements that check the epoch and write atomically, one round trip
+ * each; anything they cannot settle (an id stored before, a fenced writer, an unknown id) falls
+ * back to the locked transaction, which gives the authoritative answer.
+ *
+ * Compaction: a confirm drops the payloads of the entries it confirms; the rows stay, so every
+ * business id keeps answering `alreadyStored` (with an empty payload) after it was confirmed.
+ *
+ * SQLite: use one `SqliteClient` per database file in a process (it serializes its connection);
+ * separate processes on one file are serialized by SQLite's write lock.
+ */
+import { SqlClient } from "@effect/sql/SqlClient"
+import type { SqlError } from "@effect/sql/SqlError"
+import { Effect, Either, Layer, Option } from "effect"
+import type {
+  DurableProducerQueueService,
+  LoadResult,
+  QueueEpoch,
+  StoredEntry,
+  StoreRequest,
+  StoreResult
+} from "./DurableProducerQueue.js"
+import { DurableProducerQueue } from "./DurableProducerQueue.js"
+import type { StoreCommand, StoredMessage } from "./internal/ProducerQueueRules.js"
+import * as Rules from "./internal/ProducerQueueRules.js"
+import { migrate, tables } from "./internal/SqlSchema.js"
+import {
+  chunksOf,
+  dialectOf,
+  isIntegrityViolation,
+  mapSqlError,
+  toBytes,
+  toNumber,
+  toParam,
+  transaction
+} from "./internal/SqlSupport.js"
+import type { QueueConflict, QueueFenced } from "./QueueErrors.js"
+import { QueueBackendError } from "./QueueErrors.js"
+
+export interface SqlQueueOptions {
+  /** The queue's name; every row of the queue is keyed by it. */
+  readonly queueName: string
+  /** The prefix of every table name (letters, digits, `_`); default `reliable_`. */
+  readonly tablePrefix?: string | undefined
+}
+
+interface Head {
+  readonly epoch: number
+  readonly currentSeq: number
+  readonly confirmedSeq: number
+}
+
+interface HeadRow {
+  readonly epoch: number | string
+  readonly current_seq: number | string
+  readonly confirmed_seq: number | string
+}
+
+interface EntryRow {
+  readonly seq: number | string
+  readonly business_id: string
+  readonly part: number | string
+  readonly part_count: number | string
+  readonly payload: unknown
+  readonly accepted: number | string
+}
+
+interface AcceptanceRow {
+  readonly business_id: string
+  readonly accepted: number | string
+}
+
+/** One row to insert: `seq` absolute, or relative to the allocated base on the fast path. */
+interface NewRow {
+  readonly seq: number
+  readonly businessId: string
+  readonly part: number
+  readonly partCount: number
+  readonly payload: Uint8Array
+}
+
+/** SQLite binds at most 32,766 parameters per statement; stay far below. */
+const sqliteRunSize = 500
+
+const noHead: Head = { epoch: 0, currentSeq: 0, confirmedSeq: 0 }
+
+const decodeHead = (rows: ReadonlyArray<HeadRow>): Head =>
+  rows.length === 0 ? noHead : {
+    epoch: toNumber(rows[0].epoch),
+    currentSeq: toNumber(rows[0].current_seq),
+    confirmedSeq: toNumber(rows[0].confirmed_seq)
+  }
+
+const decodeEntry = (row: EntryRow): StoredEntry => {
+  const partCount = toNumber(row.part_count)
+  const payload = toBytes(row.payload)
+  return partCount === 0
+    ? Rules.makeEntry(toNumber(row.seq), row.business_id, payload)
+    : Rules.chunkEntry(toNumber(row.seq), row.business_id, toNumber(row.part), partCount, payload)
+}
+
+/** Groups entry rows (ascending seq) into the messages that own them. */
+const decodeMessages = (rows: ReadonlyArray<EntryRow>): Map<string, StoredMessage> => {
+  const messages = new Map<string, StoredMessage>()
+  for (const row of rows) {
+    const entry = decodeEntry(row)
+    const found = messages.get(row.business_id)
+    messages.set(
+      row.business_id,
+      found === undefined
+        ? {
+          messageId: row.business_id,
+          entries: [entry],
+          chunked: toNumber(row.part_count) > 0,
+          accepted: toNumber(row.accepted) === 1
+        }
+        : { ...found, entries: [...found.entries, entry] }
+    )
+  }
+  return messages
+}
+
+const rowsOf = (messages: ReadonlyArray<StoredMessage>): ReadonlyArray<NewRow> =>
+  messages.flatMap((message) =>
+    message.entries.map((entry, index) => ({
+      seq: entry.seq,
+      businessId: message.messageId,
+      part: message.chunked ? index : 0,
+      partCount: message.chunked ? message.entries.length : 0,
+      payload: entry.payload
+    }))
+  )
+
+const emptyBytes = new Uint8Array(0)
+
+/** Plans a store against the queue's highest seq and what is stored (see the rules). */
+type Planner<E> = (currentSeq: number, lookup: Rules.Lookup) => Either.Either<Rules.StorePlan, E>
+
+/** Builds a SQL producer queue named `options.queueName`, running the migrations first. */
+export const make = (
+  options: SqlQueueOptions
+): Effect.Effect<DurableProducerQueueService, QueueBackendError, SqlClient> =>
+  Effect.gen(function*() {
+    const sql = (yield* SqlClient).withoutTransforms()
+    yield* dialectOf(sql)
+    const t = yield* tables(options.tablePrefix)
+    yield* Effect.mapError(migrate(sql, t), (cause) => new QueueBackendError({ operation: "migrate", cause }))
+    const name = options.queueName
+    const queues = sql(t.producerQueues)
+    const entries = sql(t.producerEntries)
+
+    // ---- statements -------------------------------------------------------------------------
+
+    /** Locks the queue's row for the rest of the transaction and reads it. */
+    const lockHead = Effect.map(
+      sql.onDialectOrElse({
+        pg: () => sql<HeadRow>`SELECT epoch, current_seq, confirmed_seq FROM ${queues} WHERE name = ${name} FOR UPDATE`,
+        orElse: () =>
+          sql<HeadRow>`UPDATE ${queues} SET epoch = epoch WHERE name = ${name}
+            RETURNING epoch, current_seq, confirmed_seq`
+      }),
+      decodeHead
+    )
+
+    const bySeq = (a: EntryRow, b: EntryRow) => toNumber(a.seq) - toNumber(b.seq)
+
+    // no ORDER BY in SQL: SQLite would then walk the whole queue by its primary key
+    const selectRows = (ids: ReadonlyArray<string>) =>
+      Effect.map(
+        sql.onDialectOrElse({
+          pg: () =>
+            sql<EntryRow>`SELECT seq, business_id, part, part_count, payload, accepted FROM ${entries}
+              WHERE queue = ${name} AND business_id = ANY(${ids}::text[])`,
+          orElse: () =>
+            Effect.map(
+              Effect.forEach(chunksOf(ids, sqliteRunSize), (run) =>
+                sql<EntryRow>`SELECT seq, business_id, part, part_count, payload, accepted FROM ${entries}
+                  WHERE queue = ${name} AND business_id IN ${sql.in(run)}`),
+              (runs) => runs.flat()
+            )
+        }),
+        (rows) => [...rows].sort(bySeq)
+      )
+
+    const selectMessages = (ids: ReadonlyArray<string>) =>
+      ids.length === 0 ? Effect.succeed(new Map<string, StoredMessage>()) : Effect.map(selectRows(ids), decodeMessages)
+
+    /** Which of `ids` are stored, and whether each is accepted. */
+    const selectAcceptance = (ids: ReadonlyArray<string>) =>
+      Effect.map(
+        sql.onDialectOrElse({
+          pg: () =>
+            sql<AcceptanceRow>`SELECT DISTINCT business_id, accepted FROM ${entries}
+              WHERE queue = ${name} AND business_id = ANY(${ids}::text[])`,
+          orElse: () =>
+            Effect.map(
+              Effect.forEach(chunksOf(ids, sqliteRunSize), (run) =>
+                sql<AcceptanceRow>`SELECT DISTINCT business_id, accepted FROM ${entries}
+                  WHERE queue = ${name} AND business_id IN ${sql.in(run)}`),
+              (runs) => runs.flat()
+            )
+        }),
+        (rows) =>
+          new Map<string, StoredMessage>(
+            rows.map((row) => [
+              row.business_id,
+              { messageId: row.business_id, entries: [], chunked: false, accepted: toNumber(row.accepted) === 1 }
+            ])
+          )
+      )
+
+    const insertRows = (rows: ReadonlyArray<NewRow>) =>
+      sql.onDialectOrElse({
+        pg: () =>
+          sql`INSERT INTO ${entries} (queue, seq, business_id, part, part_count, payload, accepted)
+            SELECT ${name}, r.seq, r.business_id, r.part, r.part_count, r.payload, 0
+            FROM unnest(
+              ${rows.map((row) => row.seq)}::bigint[], ${rows.map((row) => row.businessId)}::text[],
+              ${rows.map((row) => row.part)}::int[], ${rows.map((row) => row.partCount)}::int[],
+              ${rows.map((row) => toParam(row.payload))}::bytea[]
+            ) AS r(seq, business_id, part, part_count, payload)`.pipe(Effect.asVoid),
+        orElse: () =>
+          Effect.forEach(chunksOf(rows, sqliteRunSize), (run) =>
+            sql`INSERT INTO ${entries} ${
+              sql.insert(run.map((row) => ({
+                queue: name,
+                seq: row.seq,
+                business_id: row.businessId,
+                part: row.part,
+                part_count: row.partCount,
+                payload: toParam(row.payload),
+                accepted: 0
+              })))
+            }`, { discard: true })
+      })
+
+    // ---- load -------------------------------------------------------------------------------
+
+    const load: Effect.Effect<LoadResult, QueueBackendError> = transaction(
+      sql,
+      Effect.gen(function*() {
+        const head = decodeHead(
+          yield* sql<HeadRow>`INSERT INTO ${queues} (name, epoch, current_seq, confirmed_seq)
+            VALUES (${name}, 1, 0, 0)
+            ON CONFLICT (name) DO UPDATE SET epoch = ${queues}.epoch + 1
+            RETURNING epoch, current_seq, confirmed_seq`
+        )
+        const rows = yield* sql<EntryRow>`SELECT seq, business_id, part, part_count, payload, accepted
+          FROM ${entries} WHERE queue = ${name} AND seq > ${head.confirmedSeq} AND accepted = 1 ORDER BY seq`
+        return {
+          epoch: head.epoch,
+          state: { currentSeq: head.currentSeq, confirmedSeq: head.confirmedSeq, unconfirmed: rows.map(decodeEntry) }
+        }
+      })
+    ).pipe(Effect.mapError((cause) => new QueueBackendError({ operation: "load", cause })))
+
+    // ---- store ------------------------------------------------------------------------------
+
+    /** The authoritative store: lock the queue, read what is stored, plan, append. */
+    const storeLocked = <E>(epoch: QueueEpoch, command: StoreCommand, plan: Planner<E>) =>
+      transaction(
+        sql,
+        Effect.gen(function*() {
+          const head = yield* lockHead
+          const fenced = Rules.checkEpoch(head.epoch, epoch)
+          if (fenced !== undefined) return yield* fenced
+          const existing = yield* selectMessages(Rules.commandIds(command))
+          const planned = yield* plan(head.currentSeq, (id) => existing.get(id))
+          if (planned.appended.length > 0) {
+            yield* insertRows(rowsOf(planned.appended))
+            yield* sql`UPDATE ${queues} SET current_seq = ${planned.currentSeq} WHERE name = ${name}`
+          }
+          return planned.results
+        })
+      )
+
+    /**
+     * PostgreSQL, one statement: assume every id is new, allocate the seqs and insert, all guarded
+     * by the epoch. A stored id trips the unique index and the statement writes nothing; a stale
+     * epoch matches no queue row. Either way `None` sends the request to the locked path.
+     */
+    const storeFast = <E>(
+      epoch: QueueEpoch,
+      plan: Planner<E>
+    ): Effect.Effect<Option.Option<ReadonlyArray<StoreResult>>, SqlError> => {
+      const draft = plan(0, () => undefined)
+      if (Either.isLeft(draft) || draft.right.appended.length === 0) return Effect.succeedNone
+      const rows = rowsOf(draft.right.appended)
+      const count = draft.right.currentSeq
+      return sql<{ readonly seq: number | string }>`WITH q AS (
+          UPDATE ${queues} SET current_seq = current_seq + ${count}
+          WHERE name = ${name} AND epoch = ${epoch}
+          RETURNING current_seq - ${count} AS base
+        )
+        INSERT INTO ${entries} (queue, seq, business_id, part, part_count, payload, accepted)
+        SELECT ${name}, q.base + r.seq, r.business_id, r.part, r.part_count, r.payload, 0
+        FROM q, unnest(
+          ${rows.map((row) => row.seq)}::bigint[], ${rows.map((row) => row.businessId)}::text[],
+          ${rows.map((row) => row.part)}::int[], ${rows.map((row) => row.partCount)}::int[],
+          ${rows.map((row) => toParam(row.payload))}::bytea[]
+        ) AS r(seq, business_id, part, part_count, payload)
+        RETURNING seq`.pipe(
+        Effect.map((inserted) => {
+          if (inserted.length !== rows.length) return Option.none()
+          const base = inserted.reduce((min, row) => Math.min(min, toNumber(row.seq)), Infinity) - 1
+          return Option.map(Option.getRight(plan(base, () => undefined)), (planned) => planned.results)
+        }),
+        Effect.catchIf(isIntegrityViolation, () => Effect.succeedNone)
+      )
+    }
+
+    const store = <E>(
+      operation: string,
+      epoch: QueueEpoch,
+      command: StoreCommand,
+      plan: Planner<E>
+    ): Effect.Effect<ReadonlyArray<StoreResult>, E | QueueFenced | QueueConflict | QueueBackendError> => {
+      const invalid = Rules.validateStore(command)
+      if (invalid !== undefined) return Effect.fail(invalid)
+      const run = sql.onDialectOrElse({
+        pg: () =>
+          Effect.flatMap(storeFast(epoch, plan), (fast) =>
+            Option.isSome(fast) ? Effect.succeed(fast.value) : storeLocked(epoch, command, plan)),
+        orElse: () => storeLocked(epoch, command, plan)
+      })
+      return mapSqlError(operation)(run)
+    }
+
+    const storeWhole = (operation: string, epoch: QueueEpoch, requests: ReadonlyArray<StoreRequest>) =>
+      store(operation, epoch, { _tag: "Whole", requests }, (currentSeq, lookup) =>
+        Rules.planWhole(currentSeq, lookup, requests))
+
+    const storeChunked = (epoch: QueueEpoch, messageId: string, chunks: ReadonlyArray<Uint8Array>) =>
+      store(
+        "storeChunked",
+        epoch,
+        { _tag: "Chunked", messageId, chunks },
+        (currentSeq, lookup) => Either.right(Rules.planChunked(currentSeq, lookup, messageId, chunks))
+      )
+
+    // ---- accept -----------------------------------------------------------------------------
+
+    const acceptLocked = (epoch: QueueEpoch, ids: ReadonlyArray<string>) =>
+      transaction(
+        sql,
+        Effect.gen(function*() {
+          const head = yield* lockHead
+          const fenced = Rules.checkEpoch(head.epoch, epoch)
+          if (fenced !== undefined) return yield* fenced
+          const found = ids.length === 0 ? new Map<string, StoredMessage>() : yield* selectAcceptance(ids)
+          const toAccept = yield* Rules.planAccept((id) => found.get(id), ids)
+          if (toAccept.length === 0) return
+          yield* sql.onDialectOrElse({
+            pg: () =>
+              sql`UPDATE ${entries} SET accepted = 1 WHERE queue = ${name} AND business_id = ANY(${toAccept}::text[])`,
+            orElse: () =>
+              Effect.forEach(chunksOf(toAccept, sqliteRunSize), (run) =>
+                sql`UPDATE ${entries} SET accepted = 1 WHERE queue = ${name} AND business_id IN ${sql.in(run)}`)
+          })
+        })
+      )
+
+    /**
+     * PostgreSQL, one statement: accept when the epoch holds (a shared lock on the queue row orders
+     * it against `load`) and every id is stored; otherwise write nothing and return false.
+     */
+    const acceptFast = (epoch: QueueEpoch, ids: ReadonlyArray<string>): Effect.Effect<boolean, SqlError> =>
+      sql<{ readonly epoch: number | string | null; readonly found: number | string }>`WITH q AS (
+          SELECT epoch FROM ${queues} WHERE name = ${name} FOR SHARE
+        ), found AS (
+          SELECT count(DISTINCT business_id) AS n FROM ${entries}
+          WHERE queue = ${name} AND business_id = ANY(${ids}::text[])
+        ), updated AS (
+          UPDATE ${entries} SET accepted = 1
+          WHERE queue = ${name} AND business_id = ANY(${ids}::text[]) AND accepted = 0
+            AND (SELECT epoch FROM q) = ${epoch} AND (SELECT n FROM found) = ${ids.length}
+          RETURNING 1
+        )
+        SELECT (SELECT epoch FROM q) AS epoch, (SELECT n FROM found) AS found, (SELECT count(*) FROM updated) AS updated`
+        .pipe(
+          Effect.map((rows) =>
+            rows.length === 1 && rows[0].epoch !== null && toNumber(rows[0].epoch) === epoch &&
+            toNumber(rows[0].found) === ids.length
+          )
+        )
+
+    const accept = (
+      operation: string,
+      epoch: QueueEpoch,
+      messageIds: ReadonlyArray<string>
+    ): Effect.Effect<void, QueueFenced | QueueConflict | QueueBackendError> => {
+      const ids = Rules.distinct(messageIds)
+      const run = sql.onDialectOrElse({
+        pg: () =>
+          ids.length === 0
+            ? acceptLocked(epoch, ids)
+            : Effect.flatMap(acceptFast(epoch, ids), (done) => done ? Effect.void : acceptLocked(epoch, ids)),
+        orElse: () => acceptLocked(epoch, ids)
+      })
+      return mapSqlError(operation)(run)
+    }
+
+    // ---- confirm ----------------------------------------------------------------------------
+
+    const confirm = (epoch: QueueEpoch, upToSeq: number) =>
+      transaction(
+        sql,
+        Effect.gen(function*() {
+          const head = yield* lockHead
+          const fenced = Rules.checkEpoch(head.epoch, epoch)
+          if (fenced !== undefined) return yield* fenced
+          const watermark = yield* Rules.planConfirm(head.currentSeq, head.confirmedSeq, upToSeq)
+          if (watermark === undefined) return
+          yield* sql`UPDATE ${queues} SET confirmed_seq = ${watermark} WHERE name = ${name}`
+          yield* sql`UPDATE ${entries} SET payload = ${toParam(emptyBytes)}
+            WHERE queue = ${name} AND seq > ${head.confirmedSeq} AND seq <= ${watermark}`
+        })
+      ).pipe(mapSqlError("confirm"))
+
+    return {
+      load,
+      store: (epoch, request) => Effect.map(storeWhole("store", epoch, [request]), (results) => results[0]),
+      storeChunked: (epoch, messageId, chunks) =>
+        Effect.map(storeChunked(epoch, messageId, chunks), (results) => results[0]),
+      storeBatch: (epoch, requests) => storeWhole("storeBatch", epoch, requests),
+      accept: (epoch, messageId) => accept("accept", epoch, [messageId]),
+      acceptBatch: (epoch, messageIds) => accept("acceptBatch", epoch, messageIds),
+      confirm
+    }
+  })
+
+/** The SQL producer queue as a layer; the tables are created (if missing) when it is built. */
+export const layer = (
+  options: SqlQueueOptions
+): Layer.Layer<DurableProducerQueue, QueueBackendError, SqlClient> => Layer.effect(DurableProducerQueue, make(options))

@@ -1,0 +1,81 @@
+/**
+ * Small helpers shared by the SQL durable queues: transactions whose commit failures stay typed,
+ * error classification, and conversions between driver values and queue values.
+ */
+import type { SqlClient } from "@effect/sql/SqlClient"
+import { SqlError } from "@effect/sql/SqlError"
+import { Effect, Option } from "effect"
+import { QueueBackendError, QueueConflict } from "../QueueErrors.js"
+
+export type Dialect = "pg" | "sqlite"
+
+/** The dialect of a client; only PostgreSQL and SQLite are supported. */
+export const dialectOf = (sql: SqlClient): Effect.Effect<Dialect, QueueBackendError> =>
+  sql.onDialectOrElse({
+    pg: (): Effect.Effect<Dialect, QueueBackendError> => Effect.succeed("pg"),
+    sqlite: () => Effect.succeed("sqlite"),
+    orElse: () =>
+      Effect.fail(
+        new QueueBackendError({
+          operation: "configure",
+          cause: new Error("the SQL durable queues support PostgreSQL and SQLite only")
+        })
+      )
+  })
+
+/**
+ * Runs `effect` in a transaction. `@effect/sql` turns a failed COMMIT into a defect; here it stays
+ * a typed `SqlError`, because a lost connection at commit is ordinary backend trouble.
+ */
+export const transaction = <A, E, R>(sql: SqlClient, effect: Effect.Effect<A, E, R>): Effect.Effect<A, E | SqlError, R> =>
+  sql.withTransaction(effect).pipe(
+    Effect.catchSomeDefect((defect) => defect instanceof SqlError ? Option.some(Effect.fail(defect)) : Option.none())
+  )
+
+const causeCode = (error: SqlError): string | undefined => {
+  const cause = error.cause
+  if (typeof cause === "object" && cause !== null && "code" in cause && typeof cause.code === "string") {
+    return cause.code
+  }
+  return undefined
+}
+
+/** A unique, primary key, not-null or check violation (PostgreSQL class 23, SQLite constraint errors). */
+export const isIntegrityViolation = (error: SqlError): boolean => {
+  const code = causeCode(error)
+  return code !== undefined && (code.startsWith("23") || code.startsWith("SQLITE_CONSTRAINT"))
+}
+
+/** Integrity violations contradict the queue's contract (`QueueConflict`); anything else is retriable. */
+export const fromSqlError = (operation: string) => (error: SqlError): QueueConflict | QueueBackendError =>
+  isIntegrityViolation(error)
+    ? new QueueConflict({ message: `durable queue ${operation} violated the queue's integrity: ${error.message}` })
+    : new QueueBackendError({ operation, cause: error })
+
+/** Maps every `SqlError` of `effect` with `fromSqlError`, keeping its other errors. */
+export const mapSqlError = (operation: string) =>
+<A, E, R>(
+  effect: Effect.Effect<A, E | SqlError, R>
+): Effect.Effect<A, Exclude<E, SqlError> | QueueConflict | QueueBackendError, R> =>
+  Effect.mapError(
+    effect,
+    (error) => error instanceof SqlError ? fromSqlError(operation)(error) : error as Exclude<E, SqlError>
+  )
+
+/** Integers come back as strings from PostgreSQL BIGINT and counts, as numbers from SQLite. */
+export const toNumber = (value: unknown): number => typeof value === "number" ? value : Number(value)
+
+/** A plain `Uint8Array` copy of a driver's bytes (a Node `Buffer` from both drivers). */
+export const toBytes = (value: unknown): Uint8Array =>
+  value instanceof Uint8Array ? new Uint8Array(value) : new Uint8Array(0)
+
+/** Bytes as a driver parameter: better-sqlite3 binds only `Buffer`s; this shares the memory. */
+export const toParam = (bytes: Uint8Array): Buffer =>
+  Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength)
+
+/** Splits `items` into runs of at most `size` (SQLite caps the number of bound parameters). */
+export const chunksOf = <A>(items: ReadonlyArray<A>, size: number): ReadonlyArray<ReadonlyArray<A>> => {
+  const chunks: Array<ReadonlyArray<A>> = []
+  for (let i = 0; i < items.length; i += size) chunks.push(items.slice(i, i + size))
+  return chunks
+}

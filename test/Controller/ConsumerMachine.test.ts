@@ -1,0 +1,261 @@
+import { describe, expect, it } from "@effect/vitest"
+import * as Machine from "../../src/Controller/ConsumerMachine.js"
+import type { ConsumerAction, ConsumerEvent, ConsumerState } from "../../src/Controller/ConsumerMachine.js"
+import type { ChunkMark } from "../../src/Protocol/WireMessage.js"
+
+const producer = { node: "n", endpoint: "p", incarnation: "p1" }
+const producer2 = { node: "n", endpoint: "p", incarnation: "p2" }
+const bytes = (text: string) => new TextEncoder().encode(text)
+const text = (data: Uint8Array) => new TextDecoder().decode(data)
+
+const config = (window = 4, resendIntervalMs = 1000) => ({ endpoint: "c", incarnation: "c1", window, resendIntervalMs })
+
+const run = (state: ConsumerState, ...events: ReadonlyArray<ConsumerEvent>) => {
+  const actions: Array<ConsumerAction> = []
+  for (const event of events) {
+    const next = Machine.step(state, event)
+    state = next.state
+    actions.push(...next.actions)
+  }
+  return { state, actions }
+}
+
+const tags = (actions: ReadonlyArray<ConsumerAction>) => actions.map((action) => action._tag)
+const sentMessages = (actions: ReadonlyArray<ConsumerAction>) => actions.flatMap((action) => action._tag === "Send" ? [action.message] : [])
+const delivered = (actions: ReadonlyArray<ConsumerAction>) =>
+  actions.flatMap((action) => action._tag === "Deliver" ? [[action.delivery.seq, text(action.delivery.payload)] as const] : [])
+
+const resolved = (address = producer): ConsumerEvent => ({ _tag: "Resolved", producer: address, now: 0 })
+const regAck = (nonce: string, nextSeq = 1, sessionId = "s1", from = producer): ConsumerEvent => ({
+  _tag: "Wire",
+  from,
+  message: { _tag: "RegistrationAck", sessionId, nextSeq, nonce },
+  now: 0
+})
+const message = (seq: number, options: { id?: string; chunk?: ChunkMark; sessionId?: string; from?: typeof producer; now?: number } = {}): ConsumerEvent => ({
+  _tag: "Wire",
+  from: options.from ?? producer,
+  message: options.chunk === undefined
+    ? { _tag: "SequencedMessage", sessionId: options.sessionId ?? "s1", messageId: options.id ?? `m${seq}`, seq, payload: bytes(`m${seq}`) }
+    : { _tag: "SequencedMessage", sessionId: options.sessionId ?? "s1", messageId: options.id ?? `m${seq}`, seq, payload: bytes(`m${seq}`), chunk: options.chunk },
+  now: options.now ?? 0
+})
+const confirm = (state: ConsumerState, now = 0): ConsumerEvent => ({ _tag: "Confirm", id: state.inFlight!.id, now })
+const tick = (now: number, handlerBusy = false): ConsumerEvent => ({ _tag: "Tick", now, handlerBusy })
+
+/** A consumer registered in session s1 from seq 1, with the given window. */
+const registered = (window = 4, resendIntervalMs = 1000) =>
+  run(Machine.initial(config(window, resendIntervalMs)).state, resolved(), regAck("c1.1")).state
+
+describe("ConsumerMachine", () => {
+  describe("registration", () => {
+    it("looks the producer up at start and registers with a fresh nonce", () => {
+      expect(Machine.initial(config()).actions).toEqual([{ _tag: "Resolve" }])
+      const first = run(Machine.initial(config()).state, resolved())
+      const second = run(first.state, resolved())
+      expect(sentMessages(first.actions)).toEqual([{ _tag: "RegisterConsumer", nonce: "c1.1" }])
+      expect(sentMessages(second.actions)).toEqual([{ _tag: "RegisterConsumer", nonce: "c1.2" }])
+    })
+
+    it("does nothing when the producer cannot be resolved", () => {
+      expect(run(Machine.initial(config()).state, { _tag: "Resolved", producer: undefined, now: 0 }).actions).toEqual([])
+    })
+
+    it("adopts the session of its latest registration and asks for a window with a resend", () => {
+      const { actions, state } = run(Machine.initial(config(4)).state, resolved(), regAck("c1.1", 7))
+      expect(sentMessages(actions)[1]).toEqual({
+        _tag: "Request",
+        sessionId: "s1",
+        nonce: "c1.1",
+        confirmedSeq: 6,
+        requestUpToSeq: 10,
+        viaTimeout: true
+      })
+      expect(state.session?.sessionId).toBe("s1")
+    })
+
+    it("drops an answer to an older registration", () => {
+      const state = run(Machine.initial(config()).state, resolved(), resolved()).state
+      expect(run(state, regAck("c1.1")).actions).toEqual([{ _tag: "Dropped", reason: "StaleSession" }])
+    })
+
+    it("keeps its progress when the same session answers a re-registration", () => {
+      let state = registered()
+      state = run(state, message(1), message(2)).state
+      state = run(state, confirm(state)).state
+      const { state: again } = run(state, resolved(), regAck("c1.2", 1))
+      expect(again.confirmedSeq).toBe(1)
+      expect(again.received.length).toBe(1)
+      expect(again.inFlight?.seq).toBe(2)
+    })
+
+    it("a new session (new producer controller) starts over from its nextSeq", () => {
+      let state = registered()
+      state = run(state, message(1), message(2)).state
+      const { state: next } = run(state, resolved(producer2), regAck("c1.2", 1, "s2", producer2))
+      expect(next.session?.sessionId).toBe("s2")
+      expect(next.confirmedSeq).toBe(0)
+      expect(next.received.length).toBe(0)
+      expect(next.inFlight).toBeUndefined()
+    })
+  })
+
+  describe("delivery", () => {
+    it("delivers in order, one unconfirmed delivery at a time", () => {
+      let state = registered()
+      const first = run(state, message(1), message(2))
+      expect(delivered(first.actions)).toEqual([[1, "m1"]])
+      state = first.state
+      const next = run(state, confirm(state))
+      expect(delivered(next.actions)).toEqual([[2, "m2"]])
+    })
+
+    it.each([
+      ["another session", message(1, { sessionId: "s0" }), "StaleSession"],
+      ["another producer controller", message(1, { from: producer2 }), "UnknownSender"],
+      ["a seq beyond the demand it granted", message(5), "BeyondDemand"]
+    ] as const)("drops a message from %s", (_, event, reason) => {
+      expect(run(registered(4), event).actions).toEqual([{ _tag: "Dropped", reason }])
+    })
+
+    it("answers a duplicate of a confirmed message with an Ack", () => {
+      let state = registered()
+      state = run(state, message(1)).state
+      state = run(state, confirm(state)).state
+      const { actions } = run(state, message(1))
+      expect(sentMessages(actions)).toEqual([{ _tag: "Ack", sessionId: "s1", nonce: "c1.1", confirmedSeq: 1 }])
+    })
+
+    it("ignores a duplicate of a buffered or in-flight message", () => {
+      let state = registered()
+      state = run(state, message(1), message(2)).state
+      expect(run(state, message(1)).actions).toEqual([])
+      expect(run(state, message(2)).actions).toEqual([])
+    })
+
+    it("tops demand up once half the window is used; otherwise acknowledges when idle", () => {
+      let state = registered(4)
+      state = run(state, message(1), message(2)).state
+      const first = run(state, confirm(state))
+      expect(sentMessages(first.actions)).toEqual([])
+      state = first.state
+      const second = run(state, confirm(state))
+      expect(sentMessages(second.actions)).toEqual([
+        { _tag: "Request", sessionId: "s1", nonce: "c1.1", confirmedSeq: 2, requestUpToSeq: 6, viaTimeout: false }
+      ])
+      state = run(second.state, message(3)).state
+      const idle = run(state, confirm(state))
+      expect(sentMessages(idle.actions)).toEqual([{ _tag: "Ack", sessionId: "s1", nonce: "c1.1", confirmedSeq: 3 }])
+    })
+
+    it("ignores a confirmation of a superseded delivery", () => {
+      const state = run(registered(), message(1)).state
+      expect(run(state, { _tag: "Confirm", id: 999, now: 0 }).actions).toEqual([])
+    })
+  })
+
+  describe("gaps", () => {
+    it("buffers past a gap and asks for a resend, at most once per resend interval", () => {
+      const state = registered(4, 1000)
+      const first = run(state, message(2, { now: 10 }))
+      expect(sentMessages(first.actions)).toEqual([
+        { _tag: "Request", sessionId: "s1", nonce: "c1.1", confirmedSeq: 0, requestUpToSeq: 4, viaTimeout: true }
+      ])
+      const soon = run(first.state, message(3, { now: 500 }))
+      expect(sentMessages(soon.actions)).toEqual([])
+      const later = run(soon.state, message(4, { now: 1010 }))
+      expect(sentMessages(later.actions)).toHaveLength(1)
+    })
+
+    it("delivers in order once the gap fills", () => {
+      let state = run(registered(), message(3), message(2)).state
+      expect(state.parked.map((m) => m.seq)).toEqual([2, 3])
+      const filled = run(state, message(1))
+      expect(delivered(filled.actions)).toEqual([[1, "m1"]])
+      state = filled.state
+      expect(state.received.length).toBe(3)
+      const next = run(state, confirm(state))
+      expect(delivered(next.actions)).toEqual([[2, "m2"]])
+    })
+  })
+
+  describe("tick", () => {
+    it("re-resolves and re-registers when it has no session", () => {
+      const state = Machine.initial(config()).state
+      expect(run(state, tick(1000)).actions).toEqual([{ _tag: "Resolve" }])
+    })
+
+    it("re-registers only when the producer was silent since the previous tick", () => {
+      let state = registered()
+      const heard = run(state, tick(1000))
+      expect(heard.actions).toEqual([])
+      state = heard.state
+      expect(run(state, tick(2000)).actions).toEqual([{ _tag: "Resolve" }])
+    })
+
+    it("re-delivers the delivery in flight after a full resend interval, not before, and not while the handler is busy", () => {
+      const state = run(registered(4, 1000), message(1, { now: 100 })).state
+      expect(tags(run(state, tick(1099)).actions)).not.toContain("Deliver")
+      expect(tags(run(state, tick(1100, true)).actions)).not.toContain("Deliver")
+      const again = run(state, tick(1100))
+      expect(again.actions.filter((action) => action._tag === "Deliver")).toMatchObject([
+        { _tag: "Deliver", redelivery: true, delivery: { seq: 1, id: state.inFlight!.id } }
+      ])
+    })
+
+    it("re-requests an open gap", () => {
+      const state = run(registered(4, 1000), message(3, { now: 0 })).state
+      expect(sentMessages(run(state, tick(999)).actions)).toEqual([])
+      expect(sentMessages(run(state, tick(1000)).actions)).toEqual([
+        { _tag: "Request", sessionId: "s1", nonce: "c1.1", confirmedSeq: 0, requestUpToSeq: 4, viaTimeout: true }
+      ])
+    })
+  })
+
+  describe("chunks", () => {
+    const first = { first: true, last: false }
+    const middle = { first: false, last: false }
+    const last = { first: false, last: true }
+
+    it("reassembles a chunk run and delivers it once, under the last chunk's seq", () => {
+      const { actions, state } = run(
+        registered(4),
+        message(1, { id: "big", chunk: first }),
+        message(2, { id: "big", chunk: middle }),
+        message(3, { id: "big", chunk: last })
+      )
+      expect(delivered(actions)).toEqual([[3, "m1m2m3"]])
+      const after = run(state, confirm(state))
+      expect(after.state.confirmedSeq).toBe(3)
+    })
+
+    it("confirms nothing mid-message: an incomplete run waits", () => {
+      const { actions } = run(registered(4), message(1, { id: "big", chunk: first }), message(2, { id: "big", chunk: middle }))
+      expect(delivered(actions)).toEqual([])
+    })
+
+    it.each([
+      ["a run not starting with a first chunk", [message(1, { id: "big", chunk: middle })], "never started"],
+      ["a changed message id inside a run", [message(1, { id: "a", chunk: first }), message(2, { id: "b", chunk: last })], "broken at seq 2"],
+      ["a second first chunk", [message(1, { id: "a", chunk: first }), message(2, { id: "a", chunk: first })], "broken at seq 2"],
+      ["a whole message inside a run", [message(1, { id: "a", chunk: first }), message(2, { id: "a" })], "broken at seq 2"]
+    ] as const)("fails terminally on %s", (_, events, reason) => {
+      const { actions, state } = run(registered(4), ...events)
+      expect(state.phase).toBe("Stopped")
+      const failure = actions.find((action) => action._tag === "Fail") as { stage: string; cause: Error }
+      expect(failure.stage).toBe("Protocol")
+      expect(failure.cause.message).toContain(reason)
+    })
+
+    it("fails naming both remedies when a message needs more chunks than the window", () => {
+      const { actions, state } = run(
+        registered(2),
+        message(1, { id: "big", chunk: first }),
+        message(2, { id: "big", chunk: middle })
+      )
+      expect(state.phase).toBe("Stopped")
+      const failure = actions.find((action) => action._tag === "Fail") as { cause: Error }
+      expect(failure.cause.message).toContain("raise the consumer window or the producer's chunk size")
+    })
+  })
+})

@@ -1,0 +1,435 @@
+import { describe, expect, it } from "@effect/vitest"
+import { Either } from "effect"
+import * as Machine from "../../src/Controller/ProducerMachine.js"
+import type { ProducerAction, ProducerConfig, ProducerEvent, ProducerState } from "../../src/Controller/ProducerMachine.js"
+import { MaxWindow } from "../../src/Protocol/Config.js"
+import { RequestNext, StoredAck } from "../../src/Protocol/Contract.js"
+import type { Stored } from "../../src/Protocol/Contract.js"
+import type { SequencedMessage } from "../../src/Protocol/WireMessage.js"
+
+const consumer = { node: "n", endpoint: "c", incarnation: "c1" }
+const consumer2 = { node: "n", endpoint: "c", incarnation: "c2" }
+const bytes = (text: string) => new TextEncoder().encode(text)
+
+const config = (overrides: Partial<ProducerConfig> = {}): ProducerConfig => ({
+  endpoint: "p",
+  consumer: "c",
+  incarnation: "p1",
+  sessionId: "s1",
+  deliveryConfirmation: false,
+  retryIntervalMs: 500,
+  durable: false,
+  chunkSize: undefined,
+  ...overrides
+})
+
+/** Folds events, returning the final state and every action in order. */
+const run = (state: ProducerState, ...events: ReadonlyArray<ProducerEvent>) => {
+  const actions: Array<ProducerAction> = []
+  for (const event of events) {
+    const next = Machine.step(state, event)
+    state = next.state
+    actions.push(...next.actions)
+  }
+  return { state, actions }
+}
+
+const tags = (actions: ReadonlyArray<ProducerAction>) => actions.map((action) => action._tag)
+const sent = (actions: ReadonlyArray<ProducerAction>) =>
+  actions.flatMap((action) => action._tag === "Send" || action._tag === "Resend" ? [action.message] : [])
+const seqs = (actions: ReadonlyArray<ProducerAction>, tag: "Send" | "Resend" = "Send") =>
+  actions.flatMap((action) => action._tag === tag && action.message._tag === "SequencedMessage" ? [action.message.seq] : [])
+
+const verified = (address = consumer, nonce = "n1"): ProducerEvent => ({ _tag: "Verified", address, nonce, ok: true, now: 0 })
+const request = (confirmedSeq: number, upTo: number, options: { viaTimeout?: boolean; nonce?: string; sessionId?: string; from?: typeof consumer } = {}): ProducerEvent => ({
+  _tag: "Wire",
+  from: options.from ?? consumer,
+  message: {
+    _tag: "Request",
+    sessionId: options.sessionId ?? "s1",
+    nonce: options.nonce ?? "n1",
+    confirmedSeq,
+    requestUpToSeq: upTo,
+    viaTimeout: options.viaTimeout ?? false
+  },
+  now: 0
+})
+const ackEvent = (confirmedSeq: number): ProducerEvent => ({
+  _tag: "Wire",
+  from: consumer,
+  message: { _tag: "Ack", sessionId: "s1", nonce: "n1", confirmedSeq },
+  now: 0
+})
+
+const grantOf = (state: ProducerState): RequestNext => {
+  const handshake = state.handshake
+  if (handshake._tag !== "Granted") throw new Error(`no grant outstanding: ${handshake._tag}`)
+  return handshake.grant
+}
+
+const storedOf = (actions: ReadonlyArray<ProducerAction>): Stored => {
+  for (const action of actions) {
+    if (action._tag === "Answer" && Either.isRight(action.result)) return action.result.right[0]
+  }
+  throw new Error("no Stored answer")
+}
+
+/** Produces and acknowledges one message under the outstanding grant. */
+const produceOne = (state: ProducerState, messageId: string, payload = bytes(messageId), now = 0) => {
+  const grant = grantOf(state)
+  const produced = run(state, { _tag: "Produce", grant, items: [{ messageId, payload }], now })
+  const stored = storedOf(produced.actions)
+  const acked = run(produced.state, { _tag: "StoredAck", ack: StoredAck.make(stored), now })
+  return { state: acked.state, actions: [...produced.actions, ...acked.actions], stored }
+}
+
+/** A running producer bound to `consumer` with demand up to `upTo`. */
+const bound = (upTo = 10, overrides: Partial<ProducerConfig> = {}) =>
+  run(Machine.initial(config(overrides), 0).state, verified(), request(0, upTo)).state
+
+describe("ProducerMachine", () => {
+  describe("registration", () => {
+    it("grants no demand: a verified registration answers RegistrationAck and offers no grant", () => {
+      const { actions, state } = run(Machine.initial(config(), 0).state, verified())
+      expect(tags(actions)).toEqual(["Send"])
+      expect(sent(actions)[0]).toEqual({ _tag: "RegistrationAck", sessionId: "s1", nextSeq: 1, nonce: "n1" })
+      expect(state.demandUpTo).toBe(0)
+      expect(state.handshake._tag).toBe("Idle")
+    })
+
+    it("asks the resolver to verify a new sender; an unverified one is dropped", () => {
+      const initial = Machine.initial(config(), 0).state
+      const registered = run(initial, { _tag: "Wire", from: consumer, message: { _tag: "RegisterConsumer", nonce: "n1" }, now: 0 })
+      expect(registered.actions).toEqual([{ _tag: "Verify", address: consumer, nonce: "n1" }])
+      const refused = run(initial, { _tag: "Verified", address: consumer, nonce: "n1", ok: false, now: 0 })
+      expect(refused.actions).toEqual([{ _tag: "Dropped", reason: "UnverifiedSender" }])
+      expect(refused.state.binding).toBeUndefined()
+    })
+
+    it("drops a registration from an endpoint other than the configured consumer", () => {
+      const other = { node: "n", endpoint: "intruder", incarnation: "x" }
+      const { actions } = run(Machine.initial(config(), 0).state, { _tag: "Wire", from: other, message: { _tag: "RegisterConsumer", nonce: "n" }, now: 0 })
+      expect(actions).toEqual([{ _tag: "Dropped", reason: "UnverifiedSender" }])
+    })
+
+    it("re-registration of the bound controller needs no verification and keeps demand", () => {
+      const state = bound(10)
+      const { actions, state: next } = run(state, { _tag: "Wire", from: consumer, message: { _tag: "RegisterConsumer", nonce: "n2" }, now: 0 })
+      expect(tags(actions)).toEqual(["Send"])
+      expect(next.binding?.nonce).toBe("n2")
+      expect(next.demandUpTo).toBe(10)
+    })
+
+    it("a new consumer incarnation replaces the binding, resets demand and restarts from the first unconfirmed seq", () => {
+      let state = bound(10)
+      state = produceOne(state, "m1").state
+      state = produceOne(state, "m2").state
+      state = run(state, ackEvent(1)).state
+      const { actions, state: next } = run(state, verified(consumer2, "z1"))
+      expect(sent(actions)[0]).toEqual({ _tag: "RegistrationAck", sessionId: "s1", nextSeq: 2, nonce: "z1" })
+      expect(next.demandUpTo).toBe(1)
+      expect(next.sentUpTo).toBe(1)
+      // The first request of the new binding resends what the old one never confirmed.
+      const resumed = run(next, request(1, 11, { from: consumer2, nonce: "z1", viaTimeout: true }))
+      expect(seqs(resumed.actions, "Send")).toEqual([2])
+    })
+  })
+
+  describe("demand and grants", () => {
+    it("a Request sets demand and opens a grant when the handshake is idle", () => {
+      const state = run(Machine.initial(config(), 0).state, verified()).state
+      const { actions, state: next } = run(state, request(0, 5))
+      expect(tags(actions)).toEqual(["Offer"])
+      expect(next.demandUpTo).toBe(5)
+      expect(next.handshake._tag).toBe("Granted")
+    })
+
+    it("offers no second grant while one is outstanding", () => {
+      const state = bound(5)
+      const { actions } = run(state, request(0, 8))
+      expect(tags(actions)).toEqual([])
+    })
+
+    it("offers no grant once everything demanded is emitted", () => {
+      let state = bound(2)
+      state = produceOne(state, "m1").state
+      const last = produceOne(state, "m2")
+      expect(tags(last.actions).filter((tag) => tag === "Offer")).toEqual([])
+      expect(last.state.handshake._tag).toBe("Idle")
+      const more = run(last.state, request(0, 3))
+      expect(tags(more.actions)).toEqual(["Offer"])
+    })
+
+    it("demand only grows within one binding (a reordered older Request changes nothing)", () => {
+      const state = bound(10)
+      const { state: next } = run(state, request(0, 4))
+      expect(next.demandUpTo).toBe(10)
+    })
+
+    it("emits a message when acknowledged, within demand", () => {
+      const state = bound(5)
+      const { actions } = produceOne(state, "m1")
+      const messages = sent(actions) as Array<SequencedMessage>
+      expect(messages).toHaveLength(1)
+      expect(messages[0]).toMatchObject({ _tag: "SequencedMessage", sessionId: "s1", messageId: "m1", seq: 1 })
+    })
+  })
+
+  describe("stale and illegal consumer input", () => {
+    it.each([
+      ["another session", { sessionId: "old" }, "StaleSession"],
+      ["another nonce", { nonce: "n0" }, "UnboundSender"],
+      ["another sender", { from: consumer2 }, "UnboundSender"]
+    ] as const)("drops a Request from %s", (_, options, reason) => {
+      const { actions, state } = run(bound(5), request(0, 9, options))
+      expect(actions).toEqual([{ _tag: "Dropped", reason }])
+      expect(state.demandUpTo).toBe(5)
+    })
+
+    it.each([
+      ["confirming beyond the last seq sent", request(3, 10), "confirmed seq 3 but the last seq sent is 0"],
+      ["more demand than the maximum window", request(0, MaxWindow + 1), "more than the maximum window"]
+    ] as const)("fails terminally on %s", (_, event, text) => {
+      const { actions, state } = run(bound(5), event)
+      expect(state.phase).toBe("Stopped")
+      const failure = actions.find((action) => action._tag === "Fail")
+      expect(failure).toMatchObject({ _tag: "Fail", stage: "Protocol" })
+      expect(String((failure as { cause: Error }).cause.message)).toContain(text)
+    })
+
+    it("fails when the requested range ends below the confirmed seq", () => {
+      let state = bound(5)
+      state = produceOne(state, "m1").state
+      const { state: next } = run(state, request(1, 0))
+      expect(next.phase).toBe("Stopped")
+    })
+
+    it("ignores an older confirmation that arrives late", () => {
+      let state = bound(5)
+      state = produceOne(state, "m1").state
+      state = produceOne(state, "m2").state
+      state = run(state, ackEvent(2)).state
+      const { actions, state: next } = run(state, ackEvent(1))
+      expect(actions).toEqual([])
+      expect(next.confirmedSeq).toBe(2)
+    })
+
+    it("a stopped controller ignores everything", () => {
+      const stopped = run(bound(5), request(9, 10)).state
+      expect(run(stopped, request(0, 10)).actions).toEqual([{ _tag: "Dropped", reason: "NotRunning" }])
+    })
+  })
+
+  describe("confirmation and resend", () => {
+    it("a confirmation drops the prefix and counts whole messages", () => {
+      let state = bound(5)
+      for (const id of ["m1", "m2", "m3"]) state = produceOne(state, id).state
+      const { actions, state: next } = run(state, ackEvent(2))
+      expect(actions).toContainEqual({ _tag: "Confirmed", count: 2 })
+      expect(next.confirmedSeq).toBe(2)
+      expect(next.unconfirmed.length).toBe(1)
+    })
+
+    it("with deliveryConfirmation, notifies every confirmed message with its store seq", () => {
+      let state = bound(5, { deliveryConfirmation: true })
+      for (const id of ["m1", "m2"]) state = produceOne(state, id).state
+      const { actions } = run(state, ackEvent(2))
+      const notify = actions.find((action) => action._tag === "Notify")
+      expect(notify).toBeDefined()
+      expect((notify as { confirmed: ReadonlyArray<{ messageId: string; seq: number }> }).confirmed.map((c) => [c.messageId, c.seq]))
+        .toEqual([["m1", 1], ["m2", 2]])
+    })
+
+    it("a timeout Request resends every unconfirmed message already sent, up to demand", () => {
+      let state = bound(3)
+      for (const id of ["m1", "m2", "m3"]) state = produceOne(state, id).state
+      const { actions } = run(state, request(1, 3, { viaTimeout: true }))
+      expect(seqs(actions, "Resend")).toEqual([2, 3])
+    })
+
+    it("holds an emitted message beyond demand and sends it when demand grows", () => {
+      let state = bound(1)
+      state = produceOne(state, "m1").state
+      // A new binding starts with no demand: the old unconfirmed message waits for the Request.
+      state = run(state, verified(consumer2, "z1")).state
+      const first = run(state, request(0, 0, { from: consumer2, nonce: "z1" }))
+      expect(seqs(first.actions)).toEqual([])
+      const second = run(first.state, request(0, 1, { from: consumer2, nonce: "z1" }))
+      expect(seqs(second.actions)).toEqual([1])
+    })
+  })
+
+  describe("the producer contract", () => {
+    it.each([
+      ["a blank message id", "  ", "x", "BlankMessageId"],
+      ["a reserved message id", "ReliableChunk:0/2:x", "x", "ReservedMessageId"],
+      ["a missing payload", "m1", undefined, "MissingPayload"]
+    ] as const)("rejects %s", (_, messageId, payload, reason) => {
+      const state = bound(5)
+      expect(Machine.checkProduced(state, grantOf(state), messageId, payload)?.reason).toBe(reason)
+    })
+
+    it("rejects a grant of another endpoint and of an earlier controller", () => {
+      const state = bound(5)
+      const grant = grantOf(state)
+      const foreign = new RequestNext({ ...grant, endpoint: "other" })
+      const stale = new RequestNext({ ...grant, controller: "p0" })
+      expect(Machine.checkProduced(state, foreign, "m", "x")?.reason).toBe("ForeignGrant")
+      expect(Machine.checkProduced(state, stale, "m", "x")?.reason).toBe("StaleGrant")
+    })
+
+    it("answers a token that is not outstanding with StaleGrant", () => {
+      const state = bound(5)
+      const wrong = new RequestNext({ ...grantOf(state), token: "p1:99" })
+      const { actions } = run(state, { _tag: "Produce", grant: wrong, items: [{ messageId: "m", payload: bytes("x") }], now: 0 })
+      const answer = actions[0] as Extract<ProducerAction, { _tag: "Answer" }>
+      expect(Either.isLeft(answer.result) && answer.result.left.reason).toBe("StaleGrant")
+    })
+
+    it("a retried grant answered with the same Produced gets the same Stored; a different one is refused", () => {
+      const state = bound(5)
+      const grant = grantOf(state)
+      const first = run(state, { _tag: "Produce", grant, items: [{ messageId: "m1", payload: bytes("a") }], now: 0 })
+      const again = run(first.state, { _tag: "Produce", grant, items: [{ messageId: "m1", payload: bytes("a") }], now: 0 })
+      expect(storedOf(again.actions)).toEqual(storedOf(first.actions))
+      expect(Machine.answeredBefore(first.state, grant, "m2")).toMatchObject({ _tag: "Left", left: { reason: "TokenAlreadyAnswered" } })
+    })
+
+    it("rejects a StoredAck that matches no Stored, and ignores a repeated one", () => {
+      const state = bound(5)
+      const { state: done, stored } = produceOne(state, "m1")
+      const repeated = run(done, { _tag: "StoredAck", ack: StoredAck.make(stored), now: 0 })
+      expect(repeated.actions).toEqual([])
+      const bogus = StoredAck.make({ ...stored, token: "p1:77" } as Stored)
+      const rejected = run(done, { _tag: "StoredAck", ack: bogus, now: 0 })
+      expect(rejected.actions[0]).toMatchObject({ _tag: "AckRejected", error: { reason: "UnknownStored" } })
+    })
+
+    it("store seqs count up from 1; Stored carries the seq", () => {
+      let state = bound(5)
+      const one = produceOne(state, "m1")
+      state = one.state
+      const two = produceOne(state, "m2")
+      expect([one.stored.seq, two.stored.seq]).toEqual([1, 2])
+      expect(one.stored.alreadyStored).toBe(false)
+    })
+  })
+
+  describe("retry timer", () => {
+    it("re-offers an unanswered grant only after the retry interval", () => {
+      const state = bound(5)
+      expect(run(state, { _tag: "Tick", now: 499 }).actions).toEqual([])
+      const { actions } = run(state, { _tag: "Tick", now: 500 })
+      expect(actions).toEqual([{ _tag: "Offer", grant: grantOf(state) }])
+    })
+
+    it("re-offers the grant of an unacknowledged Stored after the retry interval", () => {
+      const state = bound(5)
+      const grant = grantOf(state)
+      const { state: stored } = run(state, { _tag: "Produce", grant, items: [{ messageId: "m1", payload: bytes("a") }], now: 100 })
+      expect(run(stored, { _tag: "Tick", now: 599 }).actions).toEqual([])
+      expect(run(stored, { _tag: "Tick", now: 600 }).actions).toEqual([{ _tag: "Offer", grant }])
+    })
+  })
+
+  describe("chunking", () => {
+    it("splits a payload into ceil(len / chunkSize) chunks, one seq each, Stored.seq the last chunk's", () => {
+      let state = bound(10, { chunkSize: 4 })
+      const { actions, stored } = produceOne(state, "big", bytes("0123456789"))
+      const messages = sent(actions) as Array<SequencedMessage>
+      expect(messages.map((m) => [m.seq, m.messageId, m.chunk])).toEqual([
+        [1, "big", { first: true, last: false }],
+        [2, "big", { first: false, last: false }],
+        [3, "big", { first: false, last: true }]
+      ])
+      expect(stored.seq).toBe(3)
+      state = run(produceOne(state, "big", bytes("0123456789")).state, ackEvent(3)).state
+      expect(state.confirmedSeq).toBe(3)
+    })
+
+    it("pauses mid-message at the demand limit and resumes when demand grows", () => {
+      const state = bound(2, { chunkSize: 4 })
+      const { actions, state: next } = produceOne(state, "big", bytes("0123456789"))
+      expect(seqs(actions)).toEqual([1, 2])
+      expect(run(next, request(0, 3)).actions.flatMap((a) => a._tag === "Send" ? [a.message] : [])).toHaveLength(1)
+    })
+
+    it("a payload of exactly the chunk size is one whole message", () => {
+      const { actions } = produceOne(bound(10, { chunkSize: 4 }), "m", bytes("0123"))
+      expect((sent(actions) as Array<SequencedMessage>).map((m) => m.chunk)).toEqual([undefined])
+    })
+  })
+
+  describe("durable lifecycle", () => {
+    const durable = (): ProducerState => Machine.initial(config({ durable: true }), 0).state
+
+    it("starts by loading and ignores consumers until loaded", () => {
+      expect(Machine.initial(config({ durable: true }), 0).actions).toEqual([{ _tag: "Load" }])
+      expect(run(durable(), verified()).actions).toEqual([{ _tag: "Dropped", reason: "NotRunning" }])
+    })
+
+    it("redelivers reloaded messages before granting new demand", () => {
+      const loaded = run(durable(), {
+        _tag: "Loaded",
+        state: {
+          currentSeq: 7,
+          confirmedSeq: 4,
+          unconfirmed: [
+            { seq: 5, messageId: "a", payload: bytes("a") },
+            { seq: 6, messageId: "b", payload: bytes("b") }
+          ]
+        },
+        now: 0
+      }).state
+      expect(loaded.confirmedSeq).toBe(4)
+      expect(loaded.lastStoreSeq).toBe(7)
+      const boundNow = run(loaded, verified())
+      expect(sent(boundNow.actions)[0]).toMatchObject({ nextSeq: 5 })
+      const small = run(boundNow.state, request(4, 6, { viaTimeout: true }))
+      expect(seqs(small.actions)).toEqual([5, 6])
+      expect(tags(small.actions)).not.toContain("Offer")
+      const more = run(small.state, request(4, 7))
+      expect(tags(more.actions)).toContain("Offer")
+    })
+
+    it("stores before Stored, accepts on StoredAck, emits after the accept, persists confirmations", () => {
+      let state = run(durable(), { _tag: "Loaded", state: { currentSeq: 0, confirmedSeq: 0, unconfirmed: [] }, now: 0 }, verified(), request(0, 5)).state
+      const grant = grantOf(state)
+      const storing = run(state, { _tag: "Produce", grant, items: [{ messageId: "m1", payload: bytes("a") }], now: 0 })
+      expect(tags(storing.actions)).toEqual(["Store"])
+      const stored = run(storing.state, {
+        _tag: "StoreCompleted",
+        token: grant.token,
+        results: [{ messageId: "m1", entries: [{ seq: 1, messageId: "m1", payload: bytes("a") }], alreadyStored: false, accepted: false }],
+        now: 0
+      })
+      const storedValue = storedOf(stored.actions)
+      const accepting = run(stored.state, { _tag: "StoredAck", ack: StoredAck.make(storedValue), now: 0 })
+      expect(accepting.actions).toEqual([{ _tag: "Accept", token: grant.token, messageIds: ["m1"] }])
+      const emitted = run(accepting.state, { _tag: "AcceptCompleted", token: grant.token, now: 0 })
+      expect(seqs(emitted.actions)).toEqual([1])
+      state = emitted.state
+      expect(run(state, ackEvent(1)).actions).toContainEqual({ _tag: "PersistConfirm", upToStoreSeq: 1 })
+    })
+
+    it("does not dispatch a resubmission of an already accepted message twice", () => {
+      let state = run(durable(), { _tag: "Loaded", state: { currentSeq: 3, confirmedSeq: 3, unconfirmed: [] }, now: 0 }, verified(), request(3, 8)).state
+      const grant = grantOf(state)
+      state = run(state, { _tag: "Produce", grant, items: [{ messageId: "old", payload: bytes("a") }], now: 0 }).state
+      const result = run(state, {
+        _tag: "StoreCompleted",
+        token: grant.token,
+        results: [{ messageId: "old", entries: [{ seq: 2, messageId: "old", payload: bytes("a") }], alreadyStored: true, accepted: true }],
+        now: 0
+      })
+      expect(storedOf(result.actions)).toMatchObject({ seq: 2, alreadyStored: true })
+      const accepted = run(result.state, { _tag: "StoredAck", ack: StoredAck.make(storedOf(result.actions)), now: 0 }, {
+        _tag: "AcceptCompleted",
+        token: grant.token,
+        now: 0
+      })
+      expect(seqs(accepted.actions)).toEqual([])
+      expect(tags(accepted.actions)).toContain("Offer")
+    })
+  })
+})

@@ -90,6 +90,8 @@ export interface SocketTransportStats extends TransportStats {
   /** Outgoing bytes queued or in flight, over all peers, and the highest any one peer reached. */
   readonly bufferedBytes: number
   readonly peakPeerBufferedBytes: number
+  /** Outgoing connections up right now. */
+  readonly connectedPeers: number
   /** Outgoing connections established, incoming accepted, incoming closed for bad input. */
   readonly connectionsOpened: number
   readonly connectionsAccepted: number
@@ -267,6 +269,7 @@ export const make = (
       droppedUnreachable: 0,
       bufferedBytes: 0,
       peakPeerBufferedBytes: 0,
+      connectedPeers: 0,
       connectionsOpened: 0,
       connectionsAccepted: 0,
       connectionsRejected: 0
@@ -363,7 +366,10 @@ export const make = (
         if (!open) return
         connected = true
         counters.connectionsOpened++
-        yield* Effect.raceFirst(writeLoop(peer, write), Fiber.await(reader))
+        counters.connectedPeers++
+        yield* Effect.raceFirst(writeLoop(peer, write), Fiber.await(reader)).pipe(
+          Effect.ensuring(Effect.sync(() => counters.connectedPeers--))
+        )
       })).pipe(Effect.ignore, Effect.zipRight(Effect.sync(() => connected)))
     }
 

@@ -221,9 +221,17 @@ export const make = <A>(
           } else counters.dropped++
         }
       }))))
-    yield* Effect.forkScoped(Effect.schedule(
-      Effect.sync(() => dispatch({ _tag: "Tick", now: now() })),
-      Schedule.spaced(settings.retryInterval)
+    // The retry timer sleeps until the handshake's deadline (or one interval when nothing waits),
+    // so a re-offer happens exactly one interval after the offer, whatever the tick phase.
+    const retryMs = Duration.toMillis(settings.retryInterval)
+    const tickThenDelay = Effect.sync(() => {
+      dispatch({ _tag: "Tick", now: now() })
+      const deadline = Machine.nextDeadline(state)
+      return deadline === undefined ? retryMs : Math.max(1, Math.min(retryMs, deadline - now()))
+    })
+    yield* Effect.forkScoped(Effect.repeat(
+      tickThenDelay,
+      Schedule.identity<number>().pipe(Schedule.addDelay((delayMs) => Duration.millis(delayMs)))
     ))
 
     const findAnswer = (actions: ReadonlyArray<Machine.ProducerAction>, token: string) => {

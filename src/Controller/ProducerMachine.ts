@@ -651,6 +651,12 @@ const sequenced = (
 // ---------------------------------------------------------------------------------------------
 // Timer and durable lifecycle
 
+/** When the retry timer must next look at the handshake; undefined when nothing waits on it. */
+export const nextDeadline = (state: ProducerState): number | undefined => {
+  const handshake = state.handshake
+  return handshake._tag === "Granted" || handshake._tag === "Stored" ? handshake.offeredAt + state.config.retryIntervalMs : undefined
+}
+
 /** The retry timer offers an unanswered grant, or the grant of an unacknowledged Stored, again. */
 const onTick = (s: Draft, now: number, out: Out): void => {
   const handshake = s.handshake

@@ -373,10 +373,21 @@ export const make = (
       )
 
     /**
-     * PostgreSQL, one statement: accept when the epoch holds (a shared lock on the queue row orders
-     * it against `load`) and every id is stored; otherwise write nothing and return false.
+     * PostgreSQL, one statement: accept one message when the epoch holds. The shared lock on the
+     * queue row orders it against `load`, which updates that row. No row updated (unknown id,
+     * already accepted, stale epoch) sends the request to the locked path.
      */
-    const acceptFast = (epoch: QueueEpoch, ids: ReadonlyArray<string>): Effect.Effect<boolean, SqlError> =>
+    const acceptOneFast = (epoch: QueueEpoch, id: string): Effect.Effect<boolean, SqlError> =>
+      sql`UPDATE ${entries} AS e SET accepted = 1
+        FROM (SELECT epoch FROM ${queues} WHERE name = ${name} FOR SHARE) AS q
+        WHERE e.queue = ${name} AND e.business_id = ${id} AND e.accepted = 0 AND q.epoch = ${epoch}
+        RETURNING e.seq`.pipe(Effect.map((rows) => rows.length > 0))
+
+    /**
+     * PostgreSQL, one statement: accept several messages when the epoch holds and every id is
+     * stored (a failed batch must write nothing); otherwise write nothing and return false.
+     */
+    const acceptManyFast = (epoch: QueueEpoch, ids: ReadonlyArray<string>): Effect.Effect<boolean, SqlError> =>
       sql<{ readonly epoch: number | string | null; readonly found: number | string }>`WITH q AS (
           SELECT epoch FROM ${queues} WHERE name = ${name} FOR SHARE
         ), found AS (
@@ -395,6 +406,9 @@ export const make = (
             toNumber(rows[0].found) === ids.length
           )
         )
+
+    const acceptFast = (epoch: QueueEpoch, ids: ReadonlyArray<string>): Effect.Effect<boolean, SqlError> =>
+      ids.length === 1 ? acceptOneFast(epoch, ids[0]) : acceptManyFast(epoch, ids)
 
     const accept = (
       operation: string,

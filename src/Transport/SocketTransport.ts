@@ -239,13 +239,154 @@ const dial = (host: string, port: number): Effect.Effect<Net.Socket, Socket.Sock
     (conn) => Effect.sync(() => conn.destroy())
   )
 
+type Counters = { -readonly [K in keyof SocketTransportStats]: SocketTransportStats[K] }
+
+const makeCounters = (): Counters => ({
+  delivered: 0,
+  undeliverable: 0,
+  malformed: 0,
+  framesSent: 0,
+  writes: 0,
+  refusedOversize: 0,
+  droppedOverflow: 0,
+  droppedUnreachable: 0,
+  bufferedBytes: 0,
+  peakPeerBufferedBytes: 0,
+  connectedPeers: 0,
+  connectionsOpened: 0,
+  connectionsAccepted: 0,
+  connectionsRejected: 0
+})
+
+// ---- incoming ----
+
+/** Reads frames from one accepted connection until it closes or breaks the framing. */
+const serveConnection = (maxFrameSize: number, counters: Counters, deliver: (envelope: Envelope) => void) =>
+(socket: Socket.Socket): Effect.Effect<void> =>
+  Effect.gen(function*() {
+    const conn = yield* Effect.serviceOption(NodeSocket.NetSocket)
+    counters.connectionsAccepted++
+    const reader = new FrameReader(maxFrameSize, true)
+    const decode = makeBodyDecoder()
+    const onFrame = (buffer: Buffer, start: number, end: number, owned: boolean) => {
+      const envelope = decode(buffer, start, end, owned)
+      if (envelope === undefined) counters.malformed++
+      else deliver(envelope)
+    }
+    let rejected = false
+    yield* socket.run((chunk) => {
+      if (rejected) return
+      const violation = reader.push(chunk, onFrame)
+      if (violation === undefined) return
+      rejected = true
+      counters.connectionsRejected++
+      // Past a violation the stream has no trustworthy framing left: close this connection at
+      // once (the server and every other connection carry on).
+      if (Option.isSome(conn)) conn.value.destroy()
+      else return Effect.fail(violation)
+    })
+  }).pipe(Effect.ignore)
+
+// ---- outgoing ----
+
+/** Everything queued since the last write, up to BatchBytes (at least one frame), as one buffer. */
+const takeBatch = (peer: Peer, counters: Counters): Buffer => {
+  const frames = peer.frames
+  let size = frames[0].size
+  let count = 1
+  while (count < frames.length && size + frames[count].size <= BatchBytes) size += frames[count++].size
+  const bytes = writeFrames(frames, 0, count, size)
+  frames.splice(0, count)
+  peer.pendingBytes -= size
+  peer.inFlightBytes = size
+  counters.framesSent += count
+  counters.writes++
+  return bytes
+}
+
+// Each write waits for its callback (the bytes reached the kernel): that is the backpressure that
+// keeps a non-reading peer from growing anything but the capped queue.
+const writeLoop = (
+  peer: Peer,
+  counters: Counters,
+  write: (chunk: Uint8Array) => Effect.Effect<void, Socket.SocketError>
+): Effect.Effect<never, Socket.SocketError> => {
+  const releaseInFlight = Effect.sync(() => {
+    counters.bufferedBytes -= peer.inFlightBytes
+    peer.inFlightBytes = 0
+  })
+  return Effect.zipRight(
+    write(Preamble),
+    Effect.forever(Effect.zipRight(waitForFrames(peer), Effect.ensuring(write(takeBatch(peer, counters)), releaseInFlight)))
+  )
+}
+
+/** One connection's life; succeeds with whether it ever connected. */
+const session = (peer: Peer, config: Config, counters: Counters): Effect.Effect<boolean> => {
+  let connected = false
+  return Effect.scoped(Effect.gen(function*() {
+    const socket = yield* NodeSocket.fromDuplex(dial(peer.host, peer.port), { openTimeout: config.connectTimeout })
+    const write = yield* socket.writer
+    const opened = yield* Deferred.make<void>()
+    // The peer never writes on this connection; reading only watches for its close.
+    const reader = yield* Effect.forkScoped(socket.run(noop, { onOpen: Deferred.complete(opened, Effect.void) }))
+    const open = yield* Effect.raceFirst(Effect.as(Deferred.await(opened), true), Effect.as(Fiber.await(reader), false))
+    if (!open) return
+    connected = true
+    counters.connectionsOpened++
+    counters.connectedPeers++
+    yield* Effect.raceFirst(writeLoop(peer, counters, write), Fiber.await(reader)).pipe(
+      Effect.ensuring(Effect.sync(() => counters.connectedPeers--))
+    )
+  })).pipe(Effect.ignore, Effect.zipRight(Effect.sync(() => connected)))
+}
+
+/**
+ * A peer's writer fiber. Dials only while something is queued; after a lost or failed connection
+ * waits per the schedule, which restarts after every connection that came up. When the schedule
+ * ends the peer is dropped with its queue; a later post starts afresh.
+ */
+const peerLoop = (peer: Peer, config: Config, counters: Counters, peers: Map<string, Peer>): Effect.Effect<void> =>
+  Effect.gen(function*() {
+    const driver = yield* Schedule.driver(config.reconnect)
+    while (true) {
+      yield* waitForFrames(peer)
+      if (yield* session(peer, config, counters)) yield* driver.reset
+      const next = yield* Effect.either(driver.next(undefined))
+      if (Either.isLeft(next)) break
+    }
+    counters.droppedUnreachable += peer.frames.length
+    counters.bufferedBytes -= peer.pendingBytes
+    peer.frames.length = 0
+    peer.pendingBytes = 0
+    peers.delete(peer.node)
+  })
+
+/** Queues one envelope for a peer, or refuses (too large) or drops (buffer full) and counts it. */
+const enqueue = (peer: Peer, envelope: Envelope, config: Config, counters: Counters): void => {
+  const frame = encodeFrame(envelope)
+  if (bodyLength(frame) > config.maxFrameSize) {
+    counters.refusedOversize++
+    return
+  }
+  const buffered = peer.pendingBytes + peer.inFlightBytes + frame.size
+  if (buffered > config.outgoingBufferBytes) {
+    counters.droppedOverflow++
+    return
+  }
+  peer.frames.push(frame)
+  peer.pendingBytes += frame.size
+  counters.bufferedBytes += frame.size
+  if (buffered > counters.peakPeerBufferedBytes) counters.peakPeerBufferedBytes = buffered
+  if (peer.wake !== undefined) peer.wake()
+}
+
 /** Binds `host:port` and serves until the scope closes. */
 export const make = (
   options: SocketTransportOptions
 ): Effect.Effect<SocketTransportService, SocketTransportError, Scope.Scope> =>
   Effect.gen(function*() {
     const config = yield* validate(options)
-    const { maxFrameSize, outgoingBufferBytes } = config
     const server = yield* NodeSocketServer.make({ host: options.host, port: options.port, keepAlive: true }).pipe(
       Effect.mapError((cause) =>
         new SocketTransportError({
@@ -257,23 +398,7 @@ export const make = (
     )
     const port = server.address._tag === "TcpAddress" ? server.address.port : options.port
     const node = `${options.advertisedHost ?? options.host}:${port}`
-
-    const counters = {
-      delivered: 0,
-      undeliverable: 0,
-      malformed: 0,
-      framesSent: 0,
-      writes: 0,
-      refusedOversize: 0,
-      droppedOverflow: 0,
-      droppedUnreachable: 0,
-      bufferedBytes: 0,
-      peakPeerBufferedBytes: 0,
-      connectedPeers: 0,
-      connectionsOpened: 0,
-      connectionsAccepted: 0,
-      connectionsRejected: 0
-    }
+    const counters = makeCounters()
     const inboxes = new Map<string, Queue.Queue<Envelope>>()
     const peers = new Map<string, Peer>()
 
@@ -285,147 +410,27 @@ export const make = (
       else counters.undeliverable++
     }
 
-    // ---- incoming ----
-
-    const serveConnection = (socket: Socket.Socket) =>
-      Effect.gen(function*() {
-        const conn = yield* Effect.serviceOption(NodeSocket.NetSocket)
-        counters.connectionsAccepted++
-        const reader = new FrameReader(maxFrameSize, true)
-        const decode = makeBodyDecoder()
-        const onFrame = (buffer: Buffer, start: number, end: number, owned: boolean) => {
-          const envelope = decode(buffer, start, end, owned)
-          if (envelope === undefined) counters.malformed++
-          else deliverLocal(envelope)
-        }
-        let rejected = false
-        yield* socket.run((chunk) => {
-          if (rejected) return
-          const violation = reader.push(chunk, onFrame)
-          if (violation === undefined) return
-          rejected = true
-          counters.connectionsRejected++
-          // Past a violation the stream has no trustworthy framing left: close this connection
-          // at once (the server and every other connection carry on).
-          if (Option.isSome(conn)) conn.value.destroy()
-          else return Effect.fail(violation)
-        })
-      }).pipe(Effect.ignore)
-
     yield* Effect.forkScoped(
-      server.run(serveConnection).pipe(Effect.tapErrorCause((cause) => Effect.logError("socket transport: accept loop failed", cause)))
+      server.run(serveConnection(config.maxFrameSize, counters, deliverLocal)).pipe(
+        Effect.tapErrorCause((cause) => Effect.logError("socket transport: accept loop failed", cause))
+      )
     )
-
-    // ---- outgoing ----
-
-    const releaseInFlight = (peer: Peer) =>
-      Effect.sync(() => {
-        counters.bufferedBytes -= peer.inFlightBytes
-        peer.inFlightBytes = 0
-      })
-
-    // Everything queued since the last write, up to BatchBytes (at least one frame).
-    const takeBatch = (peer: Peer): Buffer => {
-      const frames = peer.frames
-      let size = frames[0].size
-      let count = 1
-      while (count < frames.length && size + frames[count].size <= BatchBytes) size += frames[count++].size
-      const bytes = writeFrames(frames, 0, count, size)
-      frames.splice(0, count)
-      peer.pendingBytes -= size
-      peer.inFlightBytes = size
-      counters.framesSent += count
-      counters.writes++
-      return bytes
-    }
-
-    // Each write waits for its callback (the bytes reached the kernel): that is the backpressure
-    // that keeps a non-reading peer from growing anything but the capped queue.
-    const writeLoop = (peer: Peer, write: (chunk: Uint8Array) => Effect.Effect<void, Socket.SocketError>) =>
-      Effect.gen(function*() {
-        yield* write(Preamble)
-        while (true) {
-          yield* waitForFrames(peer)
-          yield* Effect.ensuring(write(takeBatch(peer)), releaseInFlight(peer))
-        }
-      })
-
-    /** One connection's life; succeeds with whether it ever connected. */
-    const session = (peer: Peer): Effect.Effect<boolean> => {
-      let connected = false
-      return Effect.scoped(Effect.gen(function*() {
-        const socket = yield* NodeSocket.fromDuplex(dial(peer.host, peer.port), { openTimeout: config.connectTimeout })
-        const write = yield* socket.writer
-        const opened = yield* Deferred.make<void>()
-        // The peer never writes on this connection; reading only watches for its close.
-        const reader = yield* Effect.forkScoped(socket.run(noop, { onOpen: Deferred.complete(opened, Effect.void) }))
-        const open = yield* Effect.raceFirst(
-          Effect.as(Deferred.await(opened), true),
-          Effect.as(Fiber.await(reader), false)
-        )
-        if (!open) return
-        connected = true
-        counters.connectionsOpened++
-        counters.connectedPeers++
-        yield* Effect.raceFirst(writeLoop(peer, write), Fiber.await(reader)).pipe(
-          Effect.ensuring(Effect.sync(() => counters.connectedPeers--))
-        )
-      })).pipe(Effect.ignore, Effect.zipRight(Effect.sync(() => connected)))
-    }
-
-    const abandon = (peer: Peer) =>
-      Effect.sync(() => {
-        counters.droppedUnreachable += peer.frames.length
-        counters.bufferedBytes -= peer.pendingBytes
-        peer.frames.length = 0
-        peer.pendingBytes = 0
-        peers.delete(peer.node)
-      })
-
-    // Dials only while something is queued; after a lost or failed connection waits per the
-    // schedule, which restarts after every connection that came up.
-    const peerLoop = (peer: Peer) =>
-      Effect.gen(function*() {
-        const driver = yield* Schedule.driver(config.reconnect)
-        while (true) {
-          yield* waitForFrames(peer)
-          if (yield* session(peer)) yield* driver.reset
-          const next = yield* Effect.either(driver.next(undefined))
-          if (Either.isLeft(next)) return yield* abandon(peer)
-        }
-      })
 
     const runPeer = yield* FiberSet.makeRuntime<never>()
     let closed = false
     yield* Effect.addFinalizer(() => Effect.sync(() => void (closed = true)))
 
+    // After the scope closes no writer runs, so nothing may be queued (it would never drain).
     const peerOf = (target: string): Peer | undefined => {
+      if (closed) return undefined
       const existing = peers.get(target)
-      if (existing !== undefined || closed) return existing
+      if (existing !== undefined) return existing
       const address = parseNode(target)
       if (address === undefined) return undefined
       const peer: Peer = { node: target, ...address, frames: [], pendingBytes: 0, inFlightBytes: 0, wake: undefined }
       peers.set(target, peer)
-      runPeer(peerLoop(peer))
+      runPeer(peerLoop(peer, config, counters, peers))
       return peer
-    }
-
-    const enqueue = (peer: Peer, envelope: Envelope) => {
-      const frame = encodeFrame(envelope)
-      if (bodyLength(frame) > maxFrameSize) {
-        counters.refusedOversize++
-        return
-      }
-      const buffered = peer.pendingBytes + peer.inFlightBytes + frame.size
-      if (buffered > outgoingBufferBytes) {
-        counters.droppedOverflow++
-        return
-      }
-      peer.frames.push(frame)
-      peer.pendingBytes += frame.size
-      counters.bufferedBytes += frame.size
-      if (buffered > counters.peakPeerBufferedBytes) counters.peakPeerBufferedBytes = buffered
-      if (peer.wake !== undefined) peer.wake()
     }
 
     const transport: SocketTransportService = {
@@ -439,7 +444,7 @@ export const make = (
           }
           const peer = peerOf(envelope.to.node)
           if (peer === undefined) counters.undeliverable++
-          else enqueue(peer, envelope)
+          else enqueue(peer, envelope, config, counters)
         }
       },
       open: (address) => {

@@ -1,0 +1,101 @@
+/**
+ * Test support: a memory transport that records every envelope posted (with the clock time),
+ * fake endpoints whose inbox the test reads, and helpers to drive the TestClock until a
+ * condition holds.
+ */
+import { Context, Duration, Effect, Layer, Queue, TestClock } from "effect"
+import type { Scope } from "effect"
+import type { EndpointKind } from "../../src/internal/EndpointRegistry.js"
+import type { ControllerAddress } from "../../src/Protocol/Address.js"
+import type { Envelope, WireMessage } from "../../src/Protocol/WireMessage.js"
+import * as ReliableSystem from "../../src/ReliableSystem.js"
+import * as MemoryTransport from "../../src/Transport/MemoryTransport.js"
+import { Transport } from "../../src/Transport/Transport.js"
+
+export interface Recorded {
+  readonly at: number
+  readonly envelope: Envelope
+}
+
+export class Recorder extends Context.Tag("test/Recorder")<Recorder, { readonly log: Array<Recorded> }>() {}
+
+/** A memory transport that records what is posted; plus a system on it. */
+export const layerRecording = (): Layer.Layer<Recorder | Transport | ReliableSystem.ReliableSystem> => {
+  const recording = Layer.effectContext(Effect.gen(function*() {
+    const clock = yield* Effect.clock
+    const log: Array<Recorded> = []
+    const inner = MemoryTransport.makeNode(MemoryTransport.makeHub(), "memory")
+    const transport = {
+      ...inner,
+      post: (envelopes: ReadonlyArray<Envelope>) => {
+        for (const envelope of envelopes) log.push({ at: clock.unsafeCurrentTimeMillis(), envelope })
+        inner.post(envelopes)
+      }
+    }
+    return Context.make(Transport, transport).pipe(Context.add(Recorder, { log }))
+  }))
+  return Layer.provideMerge(ReliableSystem.layer(), recording)
+}
+
+/** Messages of one tag the recorder saw, with their times. */
+export const recorded = <T extends WireMessage["_tag"]>(tag: T) =>
+  Effect.map(Recorder, ({ log }) =>
+    log.filter((entry) => entry.envelope.message._tag === tag) as Array<{ readonly at: number; readonly envelope: Envelope & { message: Extract<WireMessage, { _tag: T }> } }>
+  )
+
+/**
+ * A fake endpoint: a registry record naming `peer`, and an inbox the test reads. Lets a test
+ * play one side of the protocol by hand.
+ */
+export const fakeEndpoint = (
+  name: string,
+  kind: EndpointKind,
+  peer: string
+): Effect.Effect<{ readonly address: ControllerAddress; readonly inbox: Queue.Dequeue<Envelope> }, never, ReliableSystem.ReliableSystem | Scope.Scope> =>
+  Effect.gen(function*() {
+    const system = (yield* ReliableSystem.ReliableSystem).internal
+    const address: ControllerAddress = { node: system.transport.node, endpoint: name, incarnation: `fake-${name}` }
+    const inbox = yield* system.transport.open(address)
+    yield* Effect.orDie(system.registry.claim({ name, kind, peer, address }, Effect.void))
+    return { address, inbox }
+  })
+
+/** The live controller address of a local endpoint. */
+export const addressOf = (name: string) =>
+  Effect.flatMap(ReliableSystem.ReliableSystem, (system) => {
+    const address = system.internal.registry.get(name)?.record.address
+    return address === undefined ? Effect.dieMessage(`no live controller for ${name}`) : Effect.succeed(address)
+  })
+
+/** Posts one message as if `from` had sent it. */
+export const inject = (from: ControllerAddress, to: ControllerAddress, message: WireMessage) =>
+  Effect.flatMap(ReliableSystem.ReliableSystem, (system) => Effect.sync(() => system.internal.transport.post([{ from, to, message }])))
+
+/** Lets forked fibers run to quiescence without moving the clock. */
+export const settle = Effect.gen(function*() {
+  for (let index = 0; index < 20; index++) yield* Effect.yieldNow()
+})
+
+/** Moves the TestClock to an absolute time (ms since start) and lets fibers run. */
+export const advanceTo = (millis: number) =>
+  Effect.gen(function*() {
+    const now = yield* TestClock.currentTimeMillis
+    if (millis > now) yield* TestClock.adjust(Duration.millis(millis - now))
+    yield* settle
+  })
+
+/** Advances the TestClock in steps until `done` holds; fails after `limitMs` of test time. */
+export const advanceUntil = (done: () => boolean, stepMs: number, limitMs: number) =>
+  Effect.gen(function*() {
+    let elapsed = 0
+    yield* settle
+    while (!done()) {
+      if (elapsed >= limitMs) return yield* Effect.fail(new Error(`condition not reached within ${limitMs}ms of test time`))
+      yield* TestClock.adjust(Duration.millis(stepMs))
+      yield* settle
+      elapsed += stepMs
+    }
+  })
+
+/** Drains what is queued in an inbox right now. */
+export const drain = (inbox: Queue.Dequeue<Envelope>) => Effect.map(Queue.takeAll(inbox), (chunk) => Array.from(chunk))

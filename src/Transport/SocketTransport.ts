@@ -315,10 +315,8 @@ const writeLoop = (
     counters.bufferedBytes -= peer.inFlightBytes
     peer.inFlightBytes = 0
   })
-  return Effect.zipRight(
-    write(Preamble),
-    Effect.forever(Effect.zipRight(waitForFrames(peer), Effect.ensuring(write(takeBatch(peer, counters)), releaseInFlight)))
-  )
+  const writeBatch = Effect.suspend(() => Effect.ensuring(write(takeBatch(peer, counters)), releaseInFlight))
+  return Effect.zipRight(write(Preamble), Effect.forever(Effect.zipRight(waitForFrames(peer), writeBatch)))
 }
 
 /** One connection's life; succeeds with whether it ever connected. */

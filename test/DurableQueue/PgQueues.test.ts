@@ -1,0 +1,124 @@
+import type { SqlClient } from "@effect/sql/SqlClient"
+import { describe, expect, it } from "@effect/vitest"
+import { Context, Effect, Layer } from "effect"
+import { DurableProducerQueue } from "../../src/DurableQueue/DurableProducerQueue.js"
+import { DurableWorkQueue } from "../../src/DurableQueue/DurableWorkQueue.js"
+import { producerQueueConformance } from "../../src/DurableQueue/ProducerQueueConformance.js"
+import * as SqlProducerQueue from "../../src/DurableQueue/SqlProducerQueue.js"
+import * as SqlWorkQueue from "../../src/DurableQueue/SqlWorkQueue.js"
+import { workQueueConformance } from "../../src/DurableQueue/WorkQueueConformance.js"
+import {
+  dropTables,
+  freshProducerQueue,
+  freshWorkQueue,
+  pgClientLayer,
+  pgUrl,
+  probePostgres,
+  sharedClient,
+  uniqueSuffix
+} from "./SqlTestSupport.js"
+
+const probe = await probePostgres
+const redactedUrl = pgUrl.replace(/\/\/[^@/]*@/, "//***@")
+
+const suites = () => {
+  // a table prefix of its own: parallel test files and runs never collide, and cleanup is exact
+  const tablePrefix = `rt_${uniqueSuffix()}_`
+  const client = sharedClient(pgClientLayer, dropTables(tablePrefix))
+  const bytes = (text: string) => new TextEncoder().encode(text)
+
+  producerQueueConformance("PostgreSQL", freshProducerQueue(client, tablePrefix))
+  workQueueConformance("PostgreSQL", freshWorkQueue(client, tablePrefix))
+
+  describe("SQL queues on PostgreSQL", () => {
+    const buildProducer = (clientLayer: Layer.Layer<SqlClient, unknown>, queueName: string) =>
+      Effect.map(
+        Layer.build(SqlProducerQueue.layer({ queueName, tablePrefix }).pipe(Layer.provide(clientLayer))),
+        (context) => Context.get(context, DurableProducerQueue)
+      )
+    const buildWork = (clientLayer: Layer.Layer<SqlClient, unknown>, queueName: string) =>
+      Effect.map(
+        Layer.build(SqlWorkQueue.layer({ queueName, tablePrefix }).pipe(Layer.provide(clientLayer))),
+        (context) => Context.get(context, DurableWorkQueue)
+      )
+
+    it.scoped("two independently built producer queues (two pools) on one queue name fence each other", () =>
+      Effect.gen(function*() {
+        const queueName = `shared-${uniqueSuffix()}`
+        const a = yield* buildProducer(client, queueName)
+        const b = yield* buildProducer(pgClientLayer(), queueName)
+        const { epoch: epochA } = yield* a.load
+        yield* a.store(epochA, { messageId: "m1", payload: bytes("one") })
+        yield* a.accept(epochA, "m1")
+        const { epoch: epochB, state } = yield* b.load
+        expect(epochB).toBeGreaterThan(epochA)
+        expect(state.unconfirmed.map((entry) => entry.messageId)).toEqual(["m1"])
+        expect((yield* Effect.flip(a.store(epochA, { messageId: "m2", payload: bytes("two") })))._tag).toBe("QueueFenced")
+        expect((yield* Effect.flip(a.accept(epochA, "m1")))._tag).toBe("QueueFenced")
+        expect((yield* b.store(epochB, { messageId: "m1", payload: bytes("x") })).alreadyStored).toBe(true)
+        const { epoch: epochA2 } = yield* a.load
+        expect((yield* Effect.flip(b.confirm(epochB, 1)))._tag).toBe("QueueFenced")
+        yield* a.confirm(epochA2, 1)
+        expect((yield* b.load).state.confirmedSeq).toBe(1)
+      }))
+
+    it.scoped("two pools racing on one producer queue: every write is either fenced or seen", () =>
+      Effect.gen(function*() {
+        const queueName = `race-${uniqueSuffix()}`
+        const a = yield* buildProducer(client, queueName)
+        const b = yield* buildProducer(pgClientLayer(), queueName)
+        const { epoch } = yield* a.load
+        const ids = Array.from({ length: 30 }, (_, i) => `m${i}`)
+        yield* a.storeBatch(epoch, ids.map((id) => ({ messageId: id, payload: bytes(id) })))
+        const [accepts, loaded] = yield* Effect.all([
+          Effect.all(ids.map((id) => Effect.either(a.accept(epoch, id))), { concurrency: "unbounded" }),
+          b.load
+        ], { concurrency: "unbounded" })
+        const accepted = ids.filter((_, i) => accepts[i]._tag === "Right")
+        expect(loaded.state.unconfirmed.map((entry) => entry.messageId)).toEqual(accepted)
+      }))
+
+    it.scoped("two independently built work queues (two pools) on one queue name fence each other", () =>
+      Effect.gen(function*() {
+        const queueName = `shared-${uniqueSuffix()}`
+        const a = yield* buildWork(client, queueName)
+        const b = yield* buildWork(pgClientLayer(), queueName)
+        const { epoch: epochA } = yield* a.load
+        yield* a.store(epochA, { messageId: "j1", payload: bytes("one") })
+        yield* a.accept(epochA, "j1")
+        const { epoch: epochB, state } = yield* b.load
+        expect(state.pending.map((entry) => entry.messageId)).toEqual(["j1"])
+        expect((yield* Effect.flip(a.confirmMessage(epochA, "j1")))._tag).toBe("QueueFenced")
+        yield* b.confirmMessage(epochB, "j1")
+        expect((yield* a.load).state.pending).toEqual([])
+      }))
+
+    it.scoped("building layers concurrently runs the migrations once, safely", () =>
+      Effect.gen(function*() {
+        const prefix = `rt_${uniqueSuffix()}_`
+        yield* Effect.all(
+          Array.from({ length: 4 }, (_, i) =>
+            Layer.build(SqlWorkQueue.layer({ queueName: `m${i}`, tablePrefix: prefix }).pipe(
+              Layer.provide(pgClientLayer())
+            ))),
+          { concurrency: "unbounded" }
+        )
+        yield* Effect.provide(dropTables(prefix), client)
+      }))
+  })
+}
+
+if (probe.reachable) {
+  suites()
+} else if (process.env.CI === "true") {
+  describe("SQL queues on PostgreSQL", () => {
+    it("PostgreSQL is reachable (required under CI)", () => {
+      throw new Error(`PostgreSQL at ${redactedUrl} is unreachable: ${probe.reason}`)
+    })
+  })
+} else {
+  console.log(`skipping the PostgreSQL durable queue tests: ${redactedUrl} is unreachable (${probe.reason})`)
+  describe.skip("SQL queues on PostgreSQL", () => {
+    it("needs PostgreSQL", () => {})
+  })
+}

@@ -1,0 +1,101 @@
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Schedule } from "effect"
+import type { DurableProducerQueueService } from "../../src/DurableQueue/DurableProducerQueue.js"
+import { flakyProducerQueue, flakyWorkQueue } from "../../src/DurableQueue/FlakyQueue.js"
+import * as MemoryProducerQueue from "../../src/DurableQueue/MemoryProducerQueue.js"
+import * as MemoryWorkQueue from "../../src/DurableQueue/MemoryWorkQueue.js"
+
+const bytes = (text: string) => new TextEncoder().encode(text)
+
+/** The fault of each of `count` stores through a flaky queue: "ok", "before" or "after". */
+const faultPattern = (seed: number, failureRate: number, count: number) =>
+  Effect.gen(function*() {
+    const inner = yield* MemoryProducerQueue.make
+    const queue = flakyProducerQueue(inner, { seed, failureRate, failLoad: false })
+    const { epoch } = yield* queue.load
+    const pattern: Array<string> = []
+    for (let i = 0; i < count; i++) {
+      const result = yield* Effect.either(queue.store(epoch, { messageId: `m${i}`, payload: bytes(`${i}`) }))
+      if (result._tag === "Right") {
+        pattern.push("ok")
+        continue
+      }
+      expect(result.left._tag).toBe("QueueBackendError")
+      // whether the store happened: a retry answers alreadyStored exactly when it did
+      const retry = yield* inner.store(epoch, { messageId: `m${i}`, payload: bytes(`${i}`) })
+      pattern.push(retry.alreadyStored ? "after" : "before")
+    }
+    return pattern
+  })
+
+describe("FlakyQueue", () => {
+  it.effect("a rate of 0 never fails; a rate of 1 always fails, before and after the operation", () =>
+    Effect.gen(function*() {
+      expect(new Set(yield* faultPattern(7, 0, 50))).toEqual(new Set(["ok"]))
+      const always = yield* faultPattern(7, 1, 200)
+      expect(always).not.toContain("ok")
+      expect(always.filter((fault) => fault === "after").length).toBeGreaterThan(60)
+      expect(always.filter((fault) => fault === "before").length).toBeGreaterThan(60)
+    }))
+
+  it.effect("the same seed gives the same failures; another seed different ones", () =>
+    Effect.gen(function*() {
+      const first = yield* faultPattern(42, 0.3, 100)
+      expect(yield* faultPattern(42, 0.3, 100)).toEqual(first)
+      expect(yield* faultPattern(43, 0.3, 100)).not.toEqual(first)
+      const failures = first.filter((fault) => fault !== "ok").length
+      expect(failures).toBeGreaterThan(10)
+      expect(failures).toBeLessThan(50)
+    }))
+
+  it.effect("retrying every operation over a flaky producer queue ends in the fault-free state", () =>
+    Effect.gen(function*() {
+      const seed = 2024
+      const run = (queue: DurableProducerQueueService) =>
+        Effect.gen(function*() {
+          const retry = <A, E extends { readonly _tag: string }>(effect: Effect.Effect<A, E>) =>
+            Effect.retry(effect, { while: (error) => error._tag === "QueueBackendError", times: 50 })
+          const { epoch } = yield* retry(queue.load)
+          for (let i = 0; i < 30; i++) {
+            yield* retry(queue.store(epoch, { messageId: `m${i}`, payload: bytes(`${i}`) }))
+            yield* retry(queue.accept(epoch, `m${i}`))
+            if (i % 5 === 4) yield* retry(queue.confirm(epoch, i - 2))
+          }
+          yield* retry(queue.storeChunked(epoch, "big", [bytes("1"), bytes("2")]))
+          yield* retry(queue.acceptBatch(epoch, ["big"]))
+        })
+      const reliable = yield* MemoryProducerQueue.make
+      const inner = yield* MemoryProducerQueue.make
+      yield* run(reliable)
+      yield* run(flakyProducerQueue(inner, { seed, failureRate: 0.3, failLoad: false }))
+      const expected = (yield* reliable.load).state
+      const actual = (yield* inner.load).state
+      expect(actual).toEqual(expected)
+    }).pipe(Effect.tapErrorCause(() => Effect.sync(() => console.error("flaky retry run failed with seed 2024")))))
+
+  it.effect("a flaky work queue fails with QueueBackendError and keeps the inner queue consistent", () =>
+    Effect.gen(function*() {
+      const inner = yield* MemoryWorkQueue.make
+      const queue = flakyWorkQueue(inner, { seed: 5, failureRate: 0.5 })
+      const retry = <A, E extends { readonly _tag: string }>(effect: Effect.Effect<A, E>) =>
+        Effect.retry(effect, { while: (error) => error._tag === "QueueBackendError", schedule: Schedule.recurs(50) })
+      const { epoch } = yield* retry(queue.load)
+      // a load that failed "after" still took a new epoch: the epoch we hold is the newest
+      for (let i = 0; i < 20; i++) {
+        yield* retry(queue.store(epoch, { messageId: `j${i}`, payload: bytes(`${i}`) }))
+        yield* retry(queue.accept(epoch, `j${i}`))
+        if (i % 2 === 0) yield* retry(queue.confirmMessage(epoch, `j${i}`))
+      }
+      const { state } = yield* inner.load
+      expect(state.currentSeq).toBe(20)
+      expect(state.pending.map((entry) => entry.messageId)).toEqual(
+        Array.from({ length: 10 }, (_, i) => `j${2 * i + 1}`)
+      )
+    }))
+
+  it("rejects a failure rate outside [0, 1]", () => {
+    const inner = Effect.runSync(MemoryProducerQueue.make)
+    expect(() => flakyProducerQueue(inner, { seed: 1, failureRate: 1.5 })).toThrow(RangeError)
+    expect(() => flakyProducerQueue(inner, { seed: 1, failureRate: Number.NaN })).toThrow(RangeError)
+  })
+})

@@ -7,7 +7,8 @@
  * The rules every implementation keeps (the conformance suite checks them):
  * - All operations are linearizable and safe to call concurrently.
  * - `load` returns a fresh positive epoch greater than every earlier one; every write carrying an
- *   older epoch fails with `QueueFenced`, checked in the same transaction as the write.
+ *   older epoch fails with `QueueFenced`, checked in the same transaction as the write (an epoch
+ *   no `load` returned is `QueueConflict`).
  * - The queue assigns store sequences: 1, 2, 3... in store order, one per stored entry (a chunked
  *   message takes one per chunk).
  * - The first `store`/`storeChunked` of a business message id wins: a retry returns the stored
@@ -20,6 +21,12 @@
  *   beyond the highest stored seq is `QueueConflict`.
  * - `load` returns only accepted entries above the watermark, in seq order, and `currentSeq`, the
  *   highest seq ever assigned (stored-but-unaccepted entries keep their ids and seqs).
+ * - Entries at or below the watermark may be compacted: their payloads may come back empty in a
+ *   later `alreadyStored` result, but the business id stays owned, in its stored shape, so a
+ *   resubmission still answers `alreadyStored` (or `QueueChunkedBatch`) and appends nothing.
+ * - A batch call (`storeBatch`, `acceptBatch`) that fails writes nothing.
+ * - A business id that is empty or starts with the reserved chunk prefix, and a `storeChunked`
+ *   without chunks, are `QueueConflict`.
  * - Any other backend failure is `QueueBackendError` and is retried by the controller.
  */
 import { Context } from "effect"

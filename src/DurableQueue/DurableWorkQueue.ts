@@ -6,13 +6,19 @@
  * The rules every implementation keeps (the conformance suite checks them):
  * - All operations are linearizable and safe to call concurrently.
  * - `load` returns a fresh positive epoch greater than every earlier one; every write carrying an
- *   older epoch fails with `QueueFenced`, checked in the same transaction as the write.
+ *   older epoch fails with `QueueFenced`, checked in the same transaction as the write (an epoch
+ *   no `load` returned is `QueueConflict`).
  * - The queue assigns store sequences 1, 2, 3... in store order.
  * - The first `store` of a message id wins: a retry returns the stored seq and payload with
  *   `alreadyStored: true` and appends nothing.
  * - `accept` and `confirmMessage` do nothing when repeated and fail with `QueueConflict` for an
  *   unknown id; confirming a message that was never accepted is `QueueConflict` too.
- * - A job may be compacted (deleted) once it is both accepted and confirmed, never before.
+ * - A job may be compacted once it is both accepted and confirmed, never before: its payload may
+ *   be dropped, but its id keeps answering (a repeated `confirmMessage` does nothing, a
+ *   resubmission returns `alreadyStored` with `confirmed: true`), so a retry after a lost answer
+ *   stays harmless and a completed job is never dispatched again.
+ * - A batch call (`storeBatch`, `acceptBatch`, `confirmBatch`) that fails writes nothing.
+ * - An empty message id is `QueueConflict`.
  * - `load` returns `currentSeq` (the append cursor) and every accepted, unconfirmed job in
  *   ascending seq order; holes are normal.
  * - Any other backend failure is `QueueBackendError` and is retried by the controller.

@@ -370,6 +370,18 @@ const storeTests = ({ fresh }: Suite) =>
         expect(retry.entries[0].seq).toBe(1)
       }))
 
+    it.scoped("an empty id or one in the reserved chunk namespace is QueueConflict", () =>
+      Effect.gen(function*() {
+        const queue = yield* fresh
+        const { epoch } = yield* queue.load
+        const reserved = chunkMessageId("x", 0, 2)
+        expect(yield* failureTag(queue.store(epoch, { messageId: "", payload: bytes("a") }))).toBe("QueueConflict")
+        expect(yield* failureTag(queue.store(epoch, { messageId: reserved, payload: bytes("a") }))).toBe("QueueConflict")
+        expect(yield* failureTag(queue.storeChunked(epoch, reserved, [bytes("a")]))).toBe("QueueConflict")
+        expect(yield* failureTag(queue.storeChunked(epoch, "no-chunks", []))).toBe("QueueConflict")
+        expect((yield* queue.load).state.currentSeq).toBe(0)
+      }))
+
     it.scoped("concurrent stores of one id: exactly one seq, every caller sees the first write", () =>
       Effect.gen(function*() {
         const queue = yield* fresh
@@ -606,12 +618,14 @@ const fencingTests = ({ fresh, seeds, steps }: Suite) =>
         expect((yield* queue.store(latest, { messageId: "new", payload: bytes("n") })).alreadyStored).toBe(false)
       }))
 
-    it.scoped("a write with an epoch no load returned fails", () =>
+    it.scoped("a write with an epoch no load returned is QueueConflict", () =>
       Effect.gen(function*() {
         const queue = yield* fresh
+        expect(yield* failureTag(queue.store(1, { messageId: "a", payload: bytes("a") }))).toBe("QueueConflict")
         const { epoch } = yield* queue.load
-        const tag = yield* failureTag(queue.store(epoch + 1000, { messageId: "a", payload: bytes("a") }))
-        expect(["QueueFenced", "QueueConflict"]).toContain(tag)
+        expect(yield* failureTag(queue.store(epoch + 1000, { messageId: "a", payload: bytes("a") })))
+          .toBe("QueueConflict")
+        expect((yield* queue.load).state.currentSeq).toBe(0)
       }))
 
     it.scoped("stores racing a load: each either happened before it or is fenced", () =>

@@ -39,7 +39,7 @@ import { migrate, tables } from "./internal/SqlSchema.js"
 import {
   chunksOf,
   dialectOf,
-  isIntegrityViolation,
+  isFastPathMiss,
   mapSqlError,
   toBytes,
   toNumber,
@@ -317,7 +317,7 @@ export const make = (
           const base = inserted.reduce((min, row) => Math.min(min, toNumber(row.seq)), Infinity) - 1
           return Option.map(Option.getRight(plan(base, () => undefined)), (planned) => planned.results)
         }),
-        Effect.catchIf(isIntegrityViolation, () => Effect.succeedNone)
+        Effect.catchIf(isFastPathMiss, () => Effect.succeedNone)
       )
     }
 
@@ -408,7 +408,9 @@ export const make = (
         )
 
     const acceptFast = (epoch: QueueEpoch, ids: ReadonlyArray<string>): Effect.Effect<boolean, SqlError> =>
-      ids.length === 1 ? acceptOneFast(epoch, ids[0]) : acceptManyFast(epoch, ids)
+      (ids.length === 1 ? acceptOneFast(epoch, ids[0]) : acceptManyFast(epoch, ids)).pipe(
+        Effect.catchIf(isFastPathMiss, () => Effect.succeed(false))
+      )
 
     const accept = (
       operation: string,

@@ -27,7 +27,7 @@ import { migrate, tables } from "./internal/SqlSchema.js"
 import {
   chunksOf,
   dialectOf,
-  isIntegrityViolation,
+  isFastPathMiss,
   mapSqlError,
   toBytes,
   toNumber,
@@ -268,7 +268,7 @@ export const make = (
           const base = inserted.reduce((min, row) => Math.min(min, toNumber(row.seq)), Infinity) - 1
           return Option.some(Rules.planStore(base, () => undefined, requests).results)
         }),
-        Effect.catchIf(isIntegrityViolation, () => Effect.succeedNone)
+        Effect.catchIf(isFastPathMiss, () => Effect.succeedNone)
       )
     }
 
@@ -348,9 +348,9 @@ export const make = (
       const ids = distinct(messageIds)
       const fast = ids.length === 0
         ? Effect.succeed(false)
-        : ids.length === 1
-        ? advanceOneFast(epoch, ids[0], to)
-        : advanceManyFast(epoch, ids, to)
+        : (ids.length === 1 ? advanceOneFast(epoch, ids[0], to) : advanceManyFast(epoch, ids, to)).pipe(
+          Effect.catchIf(isFastPathMiss, () => Effect.succeed(false))
+        )
       const run = sql.onDialectOrElse({
         pg: () => Effect.flatMap(fast, (done) => done ? Effect.void : advanceLocked(epoch, ids, to)),
         orElse: () => advanceLocked(epoch, ids, to)

@@ -24,11 +24,19 @@ export const dialectOf = (sql: SqlClient): Effect.Effect<Dialect, QueueBackendEr
   })
 
 /**
- * Runs `effect` in a transaction. `@effect/sql` turns a failed COMMIT into a defect; here it stays
- * a typed `SqlError`, because a lost connection at commit is ordinary backend trouble.
+ * Runs `effect` in a transaction. On PostgreSQL the transaction is READ COMMITTED whatever the
+ * database's default: the queues lock their queue row first and rely on every later statement
+ * seeing what committed while they waited. `@effect/sql` turns a failed COMMIT into a defect;
+ * here it stays a typed `SqlError`, because a lost connection at commit is ordinary backend
+ * trouble.
  */
 export const transaction = <A, E, R>(sql: SqlClient, effect: Effect.Effect<A, E, R>): Effect.Effect<A, E | SqlError, R> =>
-  sql.withTransaction(effect).pipe(
+  sql.withTransaction(
+    sql.onDialectOrElse({
+      pg: () => Effect.zipRight(sql`SET TRANSACTION ISOLATION LEVEL READ COMMITTED`, effect),
+      orElse: () => effect
+    })
+  ).pipe(
     Effect.catchSomeDefect((defect) => defect instanceof SqlError ? Option.some(Effect.fail(defect)) : Option.none())
   )
 
@@ -44,6 +52,16 @@ const causeCode = (error: SqlError): string | undefined => {
 export const isIntegrityViolation = (error: SqlError): boolean => {
   const code = causeCode(error)
   return code !== undefined && (code.startsWith("23") || code.startsWith("SQLITE_CONSTRAINT"))
+}
+
+/**
+ * Errors after which a single-statement fast path hands over to the locked transaction: an
+ * integrity violation (an id stored before), or a serialization failure or deadlock (a database
+ * whose default isolation is stricter than READ COMMITTED).
+ */
+export const isFastPathMiss = (error: SqlError): boolean => {
+  const code = causeCode(error)
+  return isIntegrityViolation(error) || code === "40001" || code === "40P01"
 }
 
 /** Integrity violations contradict the queue's contract (`QueueConflict`); anything else is retriable. */

@@ -8,12 +8,13 @@
  * batch), keyed by queue name, so many queues share one database. The tables are created by
  * migrations when the layer is built.
  *
- * Concurrency: every write locks its queue's row first (`SELECT ... FOR UPDATE` on PostgreSQL, a
- * writing first statement on SQLite, which takes the database write lock) and checks the epoch
- * in that transaction. On PostgreSQL the everyday writes (storing new messages, accepting stored
- * ones) run as single statements that check the epoch and write atomically, one round trip
- * each; anything they cannot settle (an id stored before, a fenced writer, an unknown id) falls
- * back to the locked transaction, which gives the authoritative answer.
+ * Concurrency: every write locks its queue's row first (`SELECT ... FOR UPDATE` in a READ
+ * COMMITTED transaction on PostgreSQL; a writing first statement on SQLite, which takes the
+ * database write lock) and checks the epoch in that transaction. On PostgreSQL the everyday
+ * writes (storing new messages, accepting stored ones) run as single statements that check the
+ * epoch and write atomically, one round trip each; anything they cannot settle (an id stored
+ * before, a fenced writer, an unknown id) falls back to the locked transaction, which gives the
+ * authoritative answer.
  *
  * Compaction: a confirm drops the payloads of the entries it confirms; the rows stay, so every
  * business id keeps answering `alreadyStored` (with an empty payload) after it was confirmed.
@@ -23,6 +24,7 @@
  */
 import { SqlClient } from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
+import type { Identifier } from "@effect/sql/Statement"
 import { Effect, Either, Layer, Option } from "effect"
 import type {
   DurableProducerQueueService,
@@ -37,8 +39,8 @@ import type { StoreCommand, StoredMessage } from "./internal/ProducerQueueRules.
 import * as Rules from "./internal/ProducerQueueRules.js"
 import { migrate, tables } from "./internal/SqlSchema.js"
 import {
-  chunksOf,
   dialectOf,
+  inRuns,
   isFastPathMiss,
   mapSqlError,
   toBytes,
@@ -55,6 +57,8 @@ export interface SqlQueueOptions {
   /** The prefix of every table name (letters, digits, `_`); default `reliable_`. */
   readonly tablePrefix?: string | undefined
 }
+
+// ---- rows ------------------------------------------------------------------------------------
 
 interface Head {
   readonly epoch: number
@@ -91,13 +95,8 @@ interface NewRow {
   readonly payload: Uint8Array
 }
 
-/** SQLite binds at most 32,766 parameters per statement; stay far below. */
-const sqliteRunSize = 500
-
-const noHead: Head = { epoch: 0, currentSeq: 0, confirmedSeq: 0 }
-
 const decodeHead = (rows: ReadonlyArray<HeadRow>): Head =>
-  rows.length === 0 ? noHead : {
+  rows.length === 0 ? { epoch: 0, currentSeq: 0, confirmedSeq: 0 } : {
     epoch: toNumber(rows[0].epoch),
     currentSeq: toNumber(rows[0].current_seq),
     confirmedSeq: toNumber(rows[0].confirmed_seq)
@@ -132,6 +131,13 @@ const decodeMessages = (rows: ReadonlyArray<EntryRow>): Map<string, StoredMessag
   return messages
 }
 
+/** What `planAccept` needs: which ids are stored, and whether each is accepted. */
+const decodeAcceptance = (rows: ReadonlyArray<AcceptanceRow>): Map<string, StoredMessage> =>
+  new Map(rows.map((row) => [
+    row.business_id,
+    { messageId: row.business_id, entries: [], chunked: false, accepted: toNumber(row.accepted) === 1 }
+  ]))
+
 const rowsOf = (messages: ReadonlyArray<StoredMessage>): ReadonlyArray<NewRow> =>
   messages.flatMap((message) =>
     message.entries.map((entry, index) => ({
@@ -143,10 +149,296 @@ const rowsOf = (messages: ReadonlyArray<StoredMessage>): ReadonlyArray<NewRow> =
     }))
   )
 
+const bySeq = (a: EntryRow, b: EntryRow) => toNumber(a.seq) - toNumber(b.seq)
+
 const emptyBytes = new Uint8Array(0)
 
 /** Plans a store against the queue's highest seq and what is stored (see the rules). */
 type Planner<E> = (currentSeq: number, lookup: Rules.Lookup) => Either.Either<Rules.StorePlan, E>
+
+/** One queue's statements: the client, the queue's name and its tables. */
+interface Queue {
+  readonly sql: SqlClient
+  readonly name: string
+  readonly queues: Identifier
+  readonly entries: Identifier
+}
+
+// ---- statements ------------------------------------------------------------------------------
+
+/** Locks the queue's row for the rest of the transaction and reads it. */
+const lockHead = ({ name, queues, sql }: Queue) =>
+  Effect.map(
+    sql.onDialectOrElse({
+      pg: () => sql<HeadRow>`SELECT epoch, current_seq, confirmed_seq FROM ${queues} WHERE name = ${name} FOR UPDATE`,
+      orElse: () =>
+        sql<HeadRow>`UPDATE ${queues} SET epoch = epoch WHERE name = ${name}
+          RETURNING epoch, current_seq, confirmed_seq`
+    }),
+    decodeHead
+  )
+
+/** The stored messages among `ids`, with their entries (no ORDER BY: SQLite would scan the queue). */
+const selectMessages = ({ entries, name, sql }: Queue, ids: ReadonlyArray<string>) =>
+  inRuns(
+    sql,
+    ids,
+    (all) =>
+      sql<EntryRow>`SELECT seq, business_id, part, part_count, payload, accepted FROM ${entries}
+        WHERE queue = ${name} AND business_id = ANY(${all}::text[])`,
+    (run) =>
+      sql<EntryRow>`SELECT seq, business_id, part, part_count, payload, accepted FROM ${entries}
+        WHERE queue = ${name} AND business_id IN ${sql.in(run)}`
+  ).pipe(Effect.map((rows) => decodeMessages([...rows].sort(bySeq))))
+
+const selectAcceptance = ({ entries, name, sql }: Queue, ids: ReadonlyArray<string>) =>
+  inRuns(
+    sql,
+    ids,
+    (all) =>
+      sql<AcceptanceRow>`SELECT DISTINCT business_id, accepted FROM ${entries}
+        WHERE queue = ${name} AND business_id = ANY(${all}::text[])`,
+    (run) =>
+      sql<AcceptanceRow>`SELECT DISTINCT business_id, accepted FROM ${entries}
+        WHERE queue = ${name} AND business_id IN ${sql.in(run)}`
+  ).pipe(Effect.map(decodeAcceptance))
+
+const insertRows = ({ entries, name, sql }: Queue, rows: ReadonlyArray<NewRow>) =>
+  inRuns(
+    sql,
+    rows,
+    (all) =>
+      sql`INSERT INTO ${entries} (queue, seq, business_id, part, part_count, payload, accepted)
+        SELECT ${name}, r.seq, r.business_id, r.part, r.part_count, r.payload, 0
+        FROM unnest(
+          ${all.map((row) => row.seq)}::bigint[], ${all.map((row) => row.businessId)}::text[],
+          ${all.map((row) => row.part)}::int[], ${all.map((row) => row.partCount)}::int[],
+          ${all.map((row) => toParam(row.payload))}::bytea[]
+        ) AS r(seq, business_id, part, part_count, payload)`,
+    (run) =>
+      sql`INSERT INTO ${entries} ${
+        sql.insert(run.map((row) => ({
+          queue: name,
+          seq: row.seq,
+          business_id: row.businessId,
+          part: row.part,
+          part_count: row.partCount,
+          payload: toParam(row.payload),
+          accepted: 0
+        })))
+      }`
+  )
+
+const setAccepted = ({ entries, name, sql }: Queue, ids: ReadonlyArray<string>) =>
+  inRuns(
+    sql,
+    ids,
+    (all) => sql`UPDATE ${entries} SET accepted = 1 WHERE queue = ${name} AND business_id = ANY(${all}::text[])`,
+    (run) => sql`UPDATE ${entries} SET accepted = 1 WHERE queue = ${name} AND business_id IN ${sql.in(run)}`
+  )
+
+/** Locks the queue, checks the epoch, then runs `body` in the same transaction. */
+const locked = <A, E>(queue: Queue, epoch: QueueEpoch, body: (head: Head) => Effect.Effect<A, E | SqlError>) =>
+  transaction(
+    queue.sql,
+    Effect.gen(function*() {
+      const head = yield* lockHead(queue)
+      const fenced = Rules.checkEpoch(head.epoch, epoch)
+      if (fenced !== undefined) return yield* fenced
+      return yield* body(head)
+    })
+  )
+
+// ---- load ------------------------------------------------------------------------------------
+
+/** Takes the next epoch and reads the accepted entries above the watermark. */
+const load = (queue: Queue): Effect.Effect<LoadResult, QueueBackendError> => {
+  const { entries, name, queues, sql } = queue
+  return transaction(
+    sql,
+    Effect.gen(function*() {
+      const head = decodeHead(
+        yield* sql<HeadRow>`INSERT INTO ${queues} (name, epoch, current_seq, confirmed_seq)
+          VALUES (${name}, 1, 0, 0)
+          ON CONFLICT (name) DO UPDATE SET epoch = ${queues}.epoch + 1
+          RETURNING epoch, current_seq, confirmed_seq`
+      )
+      const rows = yield* sql<EntryRow>`SELECT seq, business_id, part, part_count, payload, accepted
+        FROM ${entries} WHERE queue = ${name} AND seq > ${head.confirmedSeq} AND accepted = 1 ORDER BY seq`
+      return {
+        epoch: head.epoch,
+        state: { currentSeq: head.currentSeq, confirmedSeq: head.confirmedSeq, unconfirmed: rows.map(decodeEntry) }
+      }
+    })
+  ).pipe(Effect.mapError((cause) => new QueueBackendError({ operation: "load", cause })))
+}
+
+// ---- store -----------------------------------------------------------------------------------
+
+/** The authoritative store: lock the queue, read what is stored, plan, append. */
+const storeLocked = <E>(queue: Queue, epoch: QueueEpoch, command: StoreCommand, plan: Planner<E>) =>
+  locked(queue, epoch, (head) =>
+    Effect.gen(function*() {
+      const existing = yield* selectMessages(queue, Rules.commandIds(command))
+      const planned = yield* plan(head.currentSeq, (id) => existing.get(id))
+      if (planned.appended.length > 0) {
+        yield* insertRows(queue, rowsOf(planned.appended))
+        yield* queue.sql`UPDATE ${queue.queues} SET current_seq = ${planned.currentSeq} WHERE name = ${queue.name}`
+      }
+      return planned.results
+    }))
+
+/**
+ * PostgreSQL, one statement: assume every id is new, allocate the seqs and insert, all guarded by
+ * the epoch. A stored id trips the unique index and the statement writes nothing; a stale epoch
+ * matches no queue row. Either way `None` sends the request to the locked path.
+ */
+const storeFast = <E>(
+  { entries, name, queues, sql }: Queue,
+  epoch: QueueEpoch,
+  plan: Planner<E>
+): Effect.Effect<Option.Option<ReadonlyArray<StoreResult>>, SqlError> => {
+  const draft = plan(0, () => undefined)
+  if (Either.isLeft(draft) || draft.right.appended.length === 0) return Effect.succeedNone
+  const rows = rowsOf(draft.right.appended)
+  const count = draft.right.currentSeq
+  return sql<{ readonly seq: number | string }>`WITH q AS (
+      UPDATE ${queues} SET current_seq = current_seq + ${count}
+      WHERE name = ${name} AND epoch = ${epoch}
+      RETURNING current_seq - ${count} AS base
+    )
+    INSERT INTO ${entries} (queue, seq, business_id, part, part_count, payload, accepted)
+    SELECT ${name}, q.base + r.seq, r.business_id, r.part, r.part_count, r.payload, 0
+    FROM q, unnest(
+      ${rows.map((row) => row.seq)}::bigint[], ${rows.map((row) => row.businessId)}::text[],
+      ${rows.map((row) => row.part)}::int[], ${rows.map((row) => row.partCount)}::int[],
+      ${rows.map((row) => toParam(row.payload))}::bytea[]
+    ) AS r(seq, business_id, part, part_count, payload)
+    RETURNING seq`.pipe(
+    Effect.map((inserted) => {
+      if (inserted.length !== rows.length) return Option.none()
+      const base = inserted.reduce((min, row) => Math.min(min, toNumber(row.seq)), Infinity) - 1
+      return Option.map(Option.getRight(plan(base, () => undefined)), (planned) => planned.results)
+    }),
+    Effect.catchIf(isFastPathMiss, () => Effect.succeedNone)
+  )
+}
+
+const store = <E>(
+  queue: Queue,
+  operation: string,
+  epoch: QueueEpoch,
+  command: StoreCommand,
+  plan: Planner<E>
+): Effect.Effect<ReadonlyArray<StoreResult>, E | QueueFenced | QueueConflict | QueueBackendError> => {
+  const invalid = Rules.validateStore(command)
+  if (invalid !== undefined) return Effect.fail(invalid)
+  const run = queue.sql.onDialectOrElse({
+    pg: () =>
+      Effect.flatMap(storeFast(queue, epoch, plan), (fast) =>
+        Option.isSome(fast) ? Effect.succeed(fast.value) : storeLocked(queue, epoch, command, plan)),
+    orElse: () => storeLocked(queue, epoch, command, plan)
+  })
+  return mapSqlError(operation)(run)
+}
+
+const storeWhole = (queue: Queue, operation: string, epoch: QueueEpoch, requests: ReadonlyArray<StoreRequest>) =>
+  store(queue, operation, epoch, { _tag: "Whole", requests }, (currentSeq, lookup) =>
+    Rules.planWhole(currentSeq, lookup, requests))
+
+const storeChunked = (queue: Queue, epoch: QueueEpoch, messageId: string, chunks: ReadonlyArray<Uint8Array>) =>
+  store(
+    queue,
+    "storeChunked",
+    epoch,
+    { _tag: "Chunked", messageId, chunks },
+    (currentSeq, lookup) => Either.right(Rules.planChunked(currentSeq, lookup, messageId, chunks))
+  )
+
+// ---- accept ----------------------------------------------------------------------------------
+
+const acceptLocked = (queue: Queue, epoch: QueueEpoch, ids: ReadonlyArray<string>) =>
+  locked(queue, epoch, () =>
+    Effect.gen(function*() {
+      const found = yield* selectAcceptance(queue, ids)
+      const toAccept = yield* Rules.planAccept((id) => found.get(id), ids)
+      yield* setAccepted(queue, toAccept)
+    }))
+
+/**
+ * PostgreSQL, one statement: accept one message when the epoch holds. The shared lock on the queue
+ * row orders it against `load`, which updates that row. No row updated (unknown id, already
+ * accepted, stale epoch) sends the request to the locked path.
+ */
+const acceptOneFast = ({ entries, name, queues, sql }: Queue, epoch: QueueEpoch, id: string) =>
+  sql`UPDATE ${entries} AS e SET accepted = 1
+    FROM (SELECT epoch FROM ${queues} WHERE name = ${name} FOR SHARE) AS q
+    WHERE e.queue = ${name} AND e.business_id = ${id} AND e.accepted = 0 AND q.epoch = ${epoch}
+    RETURNING e.seq`.pipe(Effect.map((rows) => rows.length > 0))
+
+/**
+ * PostgreSQL, one statement: accept several messages when the epoch holds and every id is stored
+ * (a failed batch must write nothing); otherwise write nothing and return false.
+ */
+const acceptManyFast = ({ entries, name, queues, sql }: Queue, epoch: QueueEpoch, ids: ReadonlyArray<string>) =>
+  sql<{ readonly epoch: number | string | null; readonly found: number | string }>`WITH q AS (
+      SELECT epoch FROM ${queues} WHERE name = ${name} FOR SHARE
+    ), found AS (
+      SELECT count(DISTINCT business_id) AS n FROM ${entries}
+      WHERE queue = ${name} AND business_id = ANY(${ids}::text[])
+    ), updated AS (
+      UPDATE ${entries} SET accepted = 1
+      WHERE queue = ${name} AND business_id = ANY(${ids}::text[]) AND accepted = 0
+        AND (SELECT epoch FROM q) = ${epoch} AND (SELECT n FROM found) = ${ids.length}
+      RETURNING 1
+    )
+    SELECT (SELECT epoch FROM q) AS epoch, (SELECT n FROM found) AS found, (SELECT count(*) FROM updated) AS updated`
+    .pipe(
+      Effect.map((rows) =>
+        rows.length === 1 && rows[0].epoch !== null && toNumber(rows[0].epoch) === epoch &&
+        toNumber(rows[0].found) === ids.length
+      )
+    )
+
+const accept = (
+  queue: Queue,
+  operation: string,
+  epoch: QueueEpoch,
+  messageIds: ReadonlyArray<string>
+): Effect.Effect<void, QueueFenced | QueueConflict | QueueBackendError> => {
+  const ids = Rules.distinct(messageIds)
+  const fast = ids.length === 0
+    ? Effect.succeed(false)
+    : (ids.length === 1 ? acceptOneFast(queue, epoch, ids[0]) : acceptManyFast(queue, epoch, ids)).pipe(
+      Effect.catchIf(isFastPathMiss, () => Effect.succeed(false))
+    )
+  const run = queue.sql.onDialectOrElse({
+    pg: () => Effect.flatMap(fast, (done) => done ? Effect.void : acceptLocked(queue, epoch, ids)),
+    orElse: () => acceptLocked(queue, epoch, ids)
+  })
+  return mapSqlError(operation)(run)
+}
+
+// ---- confirm ---------------------------------------------------------------------------------
+
+/** Raises the watermark and compacts the payloads of the entries it confirms. */
+const confirm = (
+  queue: Queue,
+  epoch: QueueEpoch,
+  upToSeq: number
+): Effect.Effect<void, QueueFenced | QueueConflict | QueueBackendError> => {
+  const { entries, name, queues, sql } = queue
+  return locked(queue, epoch, (head) =>
+    Effect.gen(function*() {
+      const watermark = yield* Rules.planConfirm(head.currentSeq, head.confirmedSeq, upToSeq)
+      if (watermark === undefined) return
+      yield* sql`UPDATE ${queues} SET confirmed_seq = ${watermark} WHERE name = ${name}`
+      yield* sql`UPDATE ${entries} SET payload = ${toParam(emptyBytes)}
+        WHERE queue = ${name} AND seq > ${head.confirmedSeq} AND seq <= ${watermark}`
+    })).pipe(mapSqlError("confirm"))
+}
+
+// ---- the service -----------------------------------------------------------------------------
 
 /** Builds a SQL producer queue named `options.queueName`, running the migrations first. */
 export const make = (
@@ -157,303 +449,21 @@ export const make = (
     yield* dialectOf(sql)
     const t = yield* tables(options.tablePrefix)
     yield* Effect.mapError(migrate(sql, t), (cause) => new QueueBackendError({ operation: "migrate", cause }))
-    const name = options.queueName
-    const queues = sql(t.producerQueues)
-    const entries = sql(t.producerEntries)
-
-    // ---- statements -------------------------------------------------------------------------
-
-    /** Locks the queue's row for the rest of the transaction and reads it. */
-    const lockHead = Effect.map(
-      sql.onDialectOrElse({
-        pg: () => sql<HeadRow>`SELECT epoch, current_seq, confirmed_seq FROM ${queues} WHERE name = ${name} FOR UPDATE`,
-        orElse: () =>
-          sql<HeadRow>`UPDATE ${queues} SET epoch = epoch WHERE name = ${name}
-            RETURNING epoch, current_seq, confirmed_seq`
-      }),
-      decodeHead
-    )
-
-    const bySeq = (a: EntryRow, b: EntryRow) => toNumber(a.seq) - toNumber(b.seq)
-
-    // no ORDER BY in SQL: SQLite would then walk the whole queue by its primary key
-    const selectRows = (ids: ReadonlyArray<string>) =>
-      Effect.map(
-        sql.onDialectOrElse({
-          pg: () =>
-            sql<EntryRow>`SELECT seq, business_id, part, part_count, payload, accepted FROM ${entries}
-              WHERE queue = ${name} AND business_id = ANY(${ids}::text[])`,
-          orElse: () =>
-            Effect.map(
-              Effect.forEach(chunksOf(ids, sqliteRunSize), (run) =>
-                sql<EntryRow>`SELECT seq, business_id, part, part_count, payload, accepted FROM ${entries}
-                  WHERE queue = ${name} AND business_id IN ${sql.in(run)}`),
-              (runs) => runs.flat()
-            )
-        }),
-        (rows) => [...rows].sort(bySeq)
-      )
-
-    const selectMessages = (ids: ReadonlyArray<string>) =>
-      ids.length === 0 ? Effect.succeed(new Map<string, StoredMessage>()) : Effect.map(selectRows(ids), decodeMessages)
-
-    /** Which of `ids` are stored, and whether each is accepted. */
-    const selectAcceptance = (ids: ReadonlyArray<string>) =>
-      Effect.map(
-        sql.onDialectOrElse({
-          pg: () =>
-            sql<AcceptanceRow>`SELECT DISTINCT business_id, accepted FROM ${entries}
-              WHERE queue = ${name} AND business_id = ANY(${ids}::text[])`,
-          orElse: () =>
-            Effect.map(
-              Effect.forEach(chunksOf(ids, sqliteRunSize), (run) =>
-                sql<AcceptanceRow>`SELECT DISTINCT business_id, accepted FROM ${entries}
-                  WHERE queue = ${name} AND business_id IN ${sql.in(run)}`),
-              (runs) => runs.flat()
-            )
-        }),
-        (rows) =>
-          new Map<string, StoredMessage>(
-            rows.map((row) => [
-              row.business_id,
-              { messageId: row.business_id, entries: [], chunked: false, accepted: toNumber(row.accepted) === 1 }
-            ])
-          )
-      )
-
-    const insertRows = (rows: ReadonlyArray<NewRow>) =>
-      sql.onDialectOrElse({
-        pg: () =>
-          sql`INSERT INTO ${entries} (queue, seq, business_id, part, part_count, payload, accepted)
-            SELECT ${name}, r.seq, r.business_id, r.part, r.part_count, r.payload, 0
-            FROM unnest(
-              ${rows.map((row) => row.seq)}::bigint[], ${rows.map((row) => row.businessId)}::text[],
-              ${rows.map((row) => row.part)}::int[], ${rows.map((row) => row.partCount)}::int[],
-              ${rows.map((row) => toParam(row.payload))}::bytea[]
-            ) AS r(seq, business_id, part, part_count, payload)`.pipe(Effect.asVoid),
-        orElse: () =>
-          Effect.forEach(chunksOf(rows, sqliteRunSize), (run) =>
-            sql`INSERT INTO ${entries} ${
-              sql.insert(run.map((row) => ({
-                queue: name,
-                seq: row.seq,
-                business_id: row.businessId,
-                part: row.part,
-                part_count: row.partCount,
-                payload: toParam(row.payload),
-                accepted: 0
-              })))
-            }`, { discard: true })
-      })
-
-    // ---- load -------------------------------------------------------------------------------
-
-    const load: Effect.Effect<LoadResult, QueueBackendError> = transaction(
+    const queue: Queue = {
       sql,
-      Effect.gen(function*() {
-        const head = decodeHead(
-          yield* sql<HeadRow>`INSERT INTO ${queues} (name, epoch, current_seq, confirmed_seq)
-            VALUES (${name}, 1, 0, 0)
-            ON CONFLICT (name) DO UPDATE SET epoch = ${queues}.epoch + 1
-            RETURNING epoch, current_seq, confirmed_seq`
-        )
-        const rows = yield* sql<EntryRow>`SELECT seq, business_id, part, part_count, payload, accepted
-          FROM ${entries} WHERE queue = ${name} AND seq > ${head.confirmedSeq} AND accepted = 1 ORDER BY seq`
-        return {
-          epoch: head.epoch,
-          state: { currentSeq: head.currentSeq, confirmedSeq: head.confirmedSeq, unconfirmed: rows.map(decodeEntry) }
-        }
-      })
-    ).pipe(Effect.mapError((cause) => new QueueBackendError({ operation: "load", cause })))
-
-    // ---- store ------------------------------------------------------------------------------
-
-    /** The authoritative store: lock the queue, read what is stored, plan, append. */
-    const storeLocked = <E>(epoch: QueueEpoch, command: StoreCommand, plan: Planner<E>) =>
-      transaction(
-        sql,
-        Effect.gen(function*() {
-          const head = yield* lockHead
-          const fenced = Rules.checkEpoch(head.epoch, epoch)
-          if (fenced !== undefined) return yield* fenced
-          const existing = yield* selectMessages(Rules.commandIds(command))
-          const planned = yield* plan(head.currentSeq, (id) => existing.get(id))
-          if (planned.appended.length > 0) {
-            yield* insertRows(rowsOf(planned.appended))
-            yield* sql`UPDATE ${queues} SET current_seq = ${planned.currentSeq} WHERE name = ${name}`
-          }
-          return planned.results
-        })
-      )
-
-    /**
-     * PostgreSQL, one statement: assume every id is new, allocate the seqs and insert, all guarded
-     * by the epoch. A stored id trips the unique index and the statement writes nothing; a stale
-     * epoch matches no queue row. Either way `None` sends the request to the locked path.
-     */
-    const storeFast = <E>(
-      epoch: QueueEpoch,
-      plan: Planner<E>
-    ): Effect.Effect<Option.Option<ReadonlyArray<StoreResult>>, SqlError> => {
-      const draft = plan(0, () => undefined)
-      if (Either.isLeft(draft) || draft.right.appended.length === 0) return Effect.succeedNone
-      const rows = rowsOf(draft.right.appended)
-      const count = draft.right.currentSeq
-      return sql<{ readonly seq: number | string }>`WITH q AS (
-          UPDATE ${queues} SET current_seq = current_seq + ${count}
-          WHERE name = ${name} AND epoch = ${epoch}
-          RETURNING current_seq - ${count} AS base
-        )
-        INSERT INTO ${entries} (queue, seq, business_id, part, part_count, payload, accepted)
-        SELECT ${name}, q.base + r.seq, r.business_id, r.part, r.part_count, r.payload, 0
-        FROM q, unnest(
-          ${rows.map((row) => row.seq)}::bigint[], ${rows.map((row) => row.businessId)}::text[],
-          ${rows.map((row) => row.part)}::int[], ${rows.map((row) => row.partCount)}::int[],
-          ${rows.map((row) => toParam(row.payload))}::bytea[]
-        ) AS r(seq, business_id, part, part_count, payload)
-        RETURNING seq`.pipe(
-        Effect.map((inserted) => {
-          if (inserted.length !== rows.length) return Option.none()
-          const base = inserted.reduce((min, row) => Math.min(min, toNumber(row.seq)), Infinity) - 1
-          return Option.map(Option.getRight(plan(base, () => undefined)), (planned) => planned.results)
-        }),
-        Effect.catchIf(isFastPathMiss, () => Effect.succeedNone)
-      )
+      name: options.queueName,
+      queues: sql(t.producerQueues),
+      entries: sql(t.producerEntries)
     }
-
-    const store = <E>(
-      operation: string,
-      epoch: QueueEpoch,
-      command: StoreCommand,
-      plan: Planner<E>
-    ): Effect.Effect<ReadonlyArray<StoreResult>, E | QueueFenced | QueueConflict | QueueBackendError> => {
-      const invalid = Rules.validateStore(command)
-      if (invalid !== undefined) return Effect.fail(invalid)
-      const run = sql.onDialectOrElse({
-        pg: () =>
-          Effect.flatMap(storeFast(epoch, plan), (fast) =>
-            Option.isSome(fast) ? Effect.succeed(fast.value) : storeLocked(epoch, command, plan)),
-        orElse: () => storeLocked(epoch, command, plan)
-      })
-      return mapSqlError(operation)(run)
-    }
-
-    const storeWhole = (operation: string, epoch: QueueEpoch, requests: ReadonlyArray<StoreRequest>) =>
-      store(operation, epoch, { _tag: "Whole", requests }, (currentSeq, lookup) =>
-        Rules.planWhole(currentSeq, lookup, requests))
-
-    const storeChunked = (epoch: QueueEpoch, messageId: string, chunks: ReadonlyArray<Uint8Array>) =>
-      store(
-        "storeChunked",
-        epoch,
-        { _tag: "Chunked", messageId, chunks },
-        (currentSeq, lookup) => Either.right(Rules.planChunked(currentSeq, lookup, messageId, chunks))
-      )
-
-    // ---- accept -----------------------------------------------------------------------------
-
-    const acceptLocked = (epoch: QueueEpoch, ids: ReadonlyArray<string>) =>
-      transaction(
-        sql,
-        Effect.gen(function*() {
-          const head = yield* lockHead
-          const fenced = Rules.checkEpoch(head.epoch, epoch)
-          if (fenced !== undefined) return yield* fenced
-          const found = ids.length === 0 ? new Map<string, StoredMessage>() : yield* selectAcceptance(ids)
-          const toAccept = yield* Rules.planAccept((id) => found.get(id), ids)
-          if (toAccept.length === 0) return
-          yield* sql.onDialectOrElse({
-            pg: () =>
-              sql`UPDATE ${entries} SET accepted = 1 WHERE queue = ${name} AND business_id = ANY(${toAccept}::text[])`,
-            orElse: () =>
-              Effect.forEach(chunksOf(toAccept, sqliteRunSize), (run) =>
-                sql`UPDATE ${entries} SET accepted = 1 WHERE queue = ${name} AND business_id IN ${sql.in(run)}`)
-          })
-        })
-      )
-
-    /**
-     * PostgreSQL, one statement: accept one message when the epoch holds. The shared lock on the
-     * queue row orders it against `load`, which updates that row. No row updated (unknown id,
-     * already accepted, stale epoch) sends the request to the locked path.
-     */
-    const acceptOneFast = (epoch: QueueEpoch, id: string): Effect.Effect<boolean, SqlError> =>
-      sql`UPDATE ${entries} AS e SET accepted = 1
-        FROM (SELECT epoch FROM ${queues} WHERE name = ${name} FOR SHARE) AS q
-        WHERE e.queue = ${name} AND e.business_id = ${id} AND e.accepted = 0 AND q.epoch = ${epoch}
-        RETURNING e.seq`.pipe(Effect.map((rows) => rows.length > 0))
-
-    /**
-     * PostgreSQL, one statement: accept several messages when the epoch holds and every id is
-     * stored (a failed batch must write nothing); otherwise write nothing and return false.
-     */
-    const acceptManyFast = (epoch: QueueEpoch, ids: ReadonlyArray<string>): Effect.Effect<boolean, SqlError> =>
-      sql<{ readonly epoch: number | string | null; readonly found: number | string }>`WITH q AS (
-          SELECT epoch FROM ${queues} WHERE name = ${name} FOR SHARE
-        ), found AS (
-          SELECT count(DISTINCT business_id) AS n FROM ${entries}
-          WHERE queue = ${name} AND business_id = ANY(${ids}::text[])
-        ), updated AS (
-          UPDATE ${entries} SET accepted = 1
-          WHERE queue = ${name} AND business_id = ANY(${ids}::text[]) AND accepted = 0
-            AND (SELECT epoch FROM q) = ${epoch} AND (SELECT n FROM found) = ${ids.length}
-          RETURNING 1
-        )
-        SELECT (SELECT epoch FROM q) AS epoch, (SELECT n FROM found) AS found, (SELECT count(*) FROM updated) AS updated`
-        .pipe(
-          Effect.map((rows) =>
-            rows.length === 1 && rows[0].epoch !== null && toNumber(rows[0].epoch) === epoch &&
-            toNumber(rows[0].found) === ids.length
-          )
-        )
-
-    const acceptFast = (epoch: QueueEpoch, ids: ReadonlyArray<string>): Effect.Effect<boolean, SqlError> =>
-      (ids.length === 1 ? acceptOneFast(epoch, ids[0]) : acceptManyFast(epoch, ids)).pipe(
-        Effect.catchIf(isFastPathMiss, () => Effect.succeed(false))
-      )
-
-    const accept = (
-      operation: string,
-      epoch: QueueEpoch,
-      messageIds: ReadonlyArray<string>
-    ): Effect.Effect<void, QueueFenced | QueueConflict | QueueBackendError> => {
-      const ids = Rules.distinct(messageIds)
-      const run = sql.onDialectOrElse({
-        pg: () =>
-          ids.length === 0
-            ? acceptLocked(epoch, ids)
-            : Effect.flatMap(acceptFast(epoch, ids), (done) => done ? Effect.void : acceptLocked(epoch, ids)),
-        orElse: () => acceptLocked(epoch, ids)
-      })
-      return mapSqlError(operation)(run)
-    }
-
-    // ---- confirm ----------------------------------------------------------------------------
-
-    const confirm = (epoch: QueueEpoch, upToSeq: number) =>
-      transaction(
-        sql,
-        Effect.gen(function*() {
-          const head = yield* lockHead
-          const fenced = Rules.checkEpoch(head.epoch, epoch)
-          if (fenced !== undefined) return yield* fenced
-          const watermark = yield* Rules.planConfirm(head.currentSeq, head.confirmedSeq, upToSeq)
-          if (watermark === undefined) return
-          yield* sql`UPDATE ${queues} SET confirmed_seq = ${watermark} WHERE name = ${name}`
-          yield* sql`UPDATE ${entries} SET payload = ${toParam(emptyBytes)}
-            WHERE queue = ${name} AND seq > ${head.confirmedSeq} AND seq <= ${watermark}`
-        })
-      ).pipe(mapSqlError("confirm"))
-
     return {
-      load,
-      store: (epoch, request) => Effect.map(storeWhole("store", epoch, [request]), (results) => results[0]),
+      load: load(queue),
+      store: (epoch, request) => Effect.map(storeWhole(queue, "store", epoch, [request]), (results) => results[0]),
       storeChunked: (epoch, messageId, chunks) =>
-        Effect.map(storeChunked(epoch, messageId, chunks), (results) => results[0]),
-      storeBatch: (epoch, requests) => storeWhole("storeBatch", epoch, requests),
-      accept: (epoch, messageId) => accept("accept", epoch, [messageId]),
-      acceptBatch: (epoch, messageIds) => accept("acceptBatch", epoch, messageIds),
-      confirm
+        Effect.map(storeChunked(queue, epoch, messageId, chunks), (results) => results[0]),
+      storeBatch: (epoch, requests) => storeWhole(queue, "storeBatch", epoch, requests),
+      accept: (epoch, messageId) => accept(queue, "accept", epoch, [messageId]),
+      acceptBatch: (epoch, messageIds) => accept(queue, "acceptBatch", epoch, messageIds),
+      confirm: (epoch, upToSeq) => confirm(queue, epoch, upToSeq)
     }
   })
 

@@ -91,9 +91,27 @@ export const toBytes = (value: unknown): Uint8Array =>
 export const toParam = (bytes: Uint8Array): Buffer =>
   Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength)
 
-/** Splits `items` into runs of at most `size` (SQLite caps the number of bound parameters). */
+/** Splits `items` into runs of at most `size`. */
 export const chunksOf = <A>(items: ReadonlyArray<A>, size: number): ReadonlyArray<ReadonlyArray<A>> => {
   const chunks: Array<ReadonlyArray<A>> = []
   for (let i = 0; i < items.length; i += size) chunks.push(items.slice(i, i + size))
   return chunks
 }
+
+/** SQLite binds at most 32,766 parameters per statement; its statements stay far below. */
+export const sqliteRunSize = 500
+
+/**
+ * Runs a statement over many rows or ids: once on PostgreSQL (arrays travel as one parameter),
+ * in runs of `sqliteRunSize` on SQLite, results concatenated.
+ */
+export const inRuns = <I, A>(
+  sql: SqlClient,
+  items: ReadonlyArray<I>,
+  pg: (all: ReadonlyArray<I>) => Effect.Effect<ReadonlyArray<A>, SqlError>,
+  sqlite: (run: ReadonlyArray<I>) => Effect.Effect<ReadonlyArray<A>, SqlError>
+): Effect.Effect<ReadonlyArray<A>, SqlError> =>
+  items.length === 0 ? Effect.succeed([]) : sql.onDialectOrElse({
+    pg: () => pg(items),
+    orElse: () => Effect.map(Effect.forEach(chunksOf(items, sqliteRunSize), sqlite), (runs) => runs.flat())
+  })

@@ -11,6 +11,7 @@ import { sameAddress } from "../Protocol/Address.js"
 import type { ControllerAddress } from "../Protocol/Address.js"
 import type { DeliveryConfirmed, RequestNext, Stored, StoredAck } from "../Protocol/Contract.js"
 import { PayloadEncodeError, ProducerContractError } from "../Protocol/Errors.js"
+import { Signal } from "../internal/Signal.js"
 import type { StopOutcome } from "../internal/StopOutcome.js"
 import type { PayloadCodec } from "../Protocol/PayloadCodec.js"
 import type { Envelope } from "../Protocol/WireMessage.js"
@@ -116,6 +117,8 @@ export const make = <A>(
     const now = () => clock.unsafeCurrentTimeMillis()
     let state: Machine.ProducerState
     let stoppedWith: StopOutcome | undefined
+    let timerIdle = false
+    const timerWake = new Signal()
 
     const stop = (outcome: StopOutcome) => {
       if (stoppedWith !== undefined) return
@@ -154,6 +157,7 @@ export const make = <A>(
           }
           case "Offer":
             hooks.offerGrant(action.grant)
+            if (timerIdle) timerWake.fire()
             break
           case "Answer": {
             const reply = replies.get(action.token)
@@ -221,13 +225,18 @@ export const make = <A>(
           } else counters.dropped++
         }
       }))))
-    // The retry timer sleeps until the handshake's deadline (or one interval when nothing waits),
-    // so a re-offer happens exactly one interval after the offer, whatever the tick phase.
-    const retryMs = Duration.toMillis(settings.retryInterval)
-    const tickThenDelay = Effect.sync(() => {
+    // The retry timer sleeps until the handshake's deadline, so a re-offer happens exactly one
+    // interval after the offer; with nothing outstanding it waits for the next offer instead.
+    const tickThenDelay: Effect.Effect<number> = Effect.suspend(() => {
       dispatch({ _tag: "Tick", now: now() })
       const deadline = Machine.nextDeadline(state)
-      return deadline === undefined ? retryMs : Math.max(1, Math.min(retryMs, deadline - now()))
+      if (deadline !== undefined) return Effect.succeed(Math.max(1, deadline - now()))
+      timerIdle = true
+      return Effect.map(timerWake.next(), () => {
+        timerIdle = false
+        const next = Machine.nextDeadline(state)
+        return next === undefined ? 0 : Math.max(1, next - now())
+      })
     })
     yield* Effect.forkScoped(Effect.repeat(
       tickThenDelay,

@@ -3,7 +3,7 @@
  * fake endpoints whose inbox the test reads, and helpers to drive the TestClock until a
  * condition holds.
  */
-import { Context, Duration, Effect, Layer, Queue, TestClock } from "effect"
+import { Context, Duration, Effect, Layer, Queue, Scheduler, TestClock } from "effect"
 import type { Scope } from "effect"
 import type { EndpointKind } from "../../src/internal/EndpointRegistry.js"
 import type { ControllerAddress } from "../../src/Protocol/Address.js"
@@ -76,6 +76,15 @@ export const settle = Effect.gen(function*() {
   for (let index = 0; index < 20; index++) yield* Effect.yieldNow()
 })
 
+/**
+ * A scheduler that never falls back to `setTimeout`: under TestClock nothing waits on real time,
+ * and the default scheduler's timer fallback costs a real millisecond per yield.
+ */
+export const microtaskScheduler = new Scheduler.MixedScheduler(Number.MAX_SAFE_INTEGER)
+
+/** Runs an effect on the microtask scheduler (for long TestClock-driven runs). */
+export const onMicrotasks = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.withScheduler(effect, microtaskScheduler)
+
 /** Moves the TestClock to an absolute time (ms since start) and lets fibers run. */
 export const advanceTo = (millis: number) =>
   Effect.gen(function*() {
@@ -94,6 +103,7 @@ export const advanceUntil = (done: () => boolean, stepMs: number, limitMs: numbe
       yield* TestClock.adjust(Duration.millis(stepMs))
       yield* settle
       elapsed += stepMs
+
     }
   })
 

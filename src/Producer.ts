@@ -9,6 +9,7 @@ import { randomUUID } from "node:crypto"
 import * as ProducerController from "./Controller/ProducerController.js"
 import type { ProducerStats } from "./Controller/ProducerController.js"
 import type { DurableProducerQueueService } from "./DurableQueue/DurableProducerQueue.js"
+import type { EndpointRecord } from "./internal/EndpointRegistry.js"
 import * as EndpointLifecycle from "./internal/EndpointLifecycle.js"
 import { Signal } from "./internal/Signal.js"
 import * as Config from "./Protocol/Config.js"
@@ -16,6 +17,7 @@ import type { DeliveryConfirmed, Produced, RequestNext, Stored, StoredAck } from
 import type { PayloadEncodeError, ProducerContractError, ReliableConfigError } from "./Protocol/Errors.js"
 import * as PayloadCodec from "./Protocol/PayloadCodec.js"
 import { ReliableSystem } from "./ReliableSystem.js"
+import type { SystemInternals } from "./ReliableSystem.js"
 
 export interface ProducerOptions<A, I> {
   /** This endpoint's name, unique on its system. */
@@ -78,36 +80,37 @@ export const checkOptions = <A, I>(options: ProducerOptions<A, I>) =>
     queueRetry: Config.checkQueueRetry(options.queueRetry)
   })
 
-export const make = <A, I>(
-  options: ProducerOptions<A, I>
-): Effect.Effect<Producer<A>, ReliableConfigError, ReliableSystem | Scope.Scope> =>
+/** What a producer-side controller tells its endpoint. */
+export type ProducerControllerStart<A> = (hooks: ProducerController.ProducerHooks) => Effect.Effect<
+  ProducerController.ProducerController<A>,
+  never,
+  Scope.Scope
+>
+
+/**
+ * The producer endpoint around any producer-side controller (point-to-point or work-pulling):
+ * the grant slot, the everyday `send` path, the contract calls and the confirmations stream.
+ */
+export const makeEndpoint = <A>(
+  system: SystemInternals,
+  record: EndpointRecord,
+  start: ProducerControllerStart<A>
+): Effect.Effect<Producer<A>, ReliableConfigError, Scope.Scope> =>
   Effect.gen(function*() {
-    const checked = yield* checkOptions(options)
-    const system = (yield* ReliableSystem).internal
-    const codec = PayloadCodec.make(options.payload)
     const confirmations = yield* Effect.acquireRelease(PubSub.sliding<DeliveryConfirmed>(4096), PubSub.shutdown)
     const grants = new Signal()
     let grant: RequestNext | undefined
 
-    const settings: ProducerController.ProducerSettings = {
-      endpoint: checked.name,
-      consumer: checked.consumer,
-      deliveryConfirmation: options.deliveryConfirmation ?? false,
-      retryInterval: checked.retryInterval,
-      chunkSize: checked.chunkSize,
-      durableQueue: options.durableQueue,
-      queueRetry: checked.queueRetry
-    }
     const lifecycle = yield* EndpointLifecycle.make<ProducerController.ProducerController<A>>({
       system,
-      record: { name: checked.name, kind: "Producer", peer: checked.consumer, address: undefined },
+      record,
       role: "Producer",
       address: (controller) => controller.address,
       onStop: () => {
         grant = undefined
       },
       start: (stopped) =>
-        ProducerController.make(settings, codec, system, {
+        start({
           offerGrant: (offered) => {
             grant = offered
             grants.fire()
@@ -196,7 +199,7 @@ export const make = <A, I>(
       })
 
     return {
-      name: checked.name,
+      name: record.name,
       send,
       sendAll,
       requestNext: takeGrant,
@@ -208,5 +211,26 @@ export const make = <A, I>(
     }
   })
 
-/** Re-exported so users can match on `Either` results of the contract helpers. */
-export { Either }
+/** A point-to-point producer endpoint. */
+export const make = <A, I>(
+  options: ProducerOptions<A, I>
+): Effect.Effect<Producer<A>, ReliableConfigError, ReliableSystem | Scope.Scope> =>
+  Effect.gen(function*() {
+    const checked = yield* checkOptions(options)
+    const system = (yield* ReliableSystem).internal
+    const codec = PayloadCodec.make(options.payload)
+    const settings: ProducerController.ProducerSettings = {
+      endpoint: checked.name,
+      consumer: checked.consumer,
+      deliveryConfirmation: options.deliveryConfirmation ?? false,
+      retryInterval: checked.retryInterval,
+      chunkSize: checked.chunkSize,
+      durableQueue: options.durableQueue,
+      queueRetry: checked.queueRetry
+    }
+    return yield* makeEndpoint(
+      system,
+      { name: checked.name, kind: "Producer", peer: checked.consumer, address: undefined },
+      (hooks) => ProducerController.make(settings, codec, system, hooks)
+    )
+  })

@@ -82,6 +82,7 @@ interface EntryRow {
 }
 
 interface AcceptanceRow {
+  readonly seq: number | string
   readonly business_id: string
   readonly accepted: number | string
 }
@@ -138,6 +139,12 @@ const decodeAcceptance = (rows: ReadonlyArray<AcceptanceRow>): Map<string, Store
     { messageId: row.business_id, entries: [], chunked: false, accepted: toNumber(row.accepted) === 1 }
   ]))
 
+/** The seqs of every entry of `ids` among `rows`. */
+const seqsOf = (rows: ReadonlyArray<AcceptanceRow>, ids: ReadonlyArray<string>): ReadonlyArray<number> => {
+  const wanted = new Set(ids)
+  return rows.filter((row) => wanted.has(row.business_id)).map((row) => toNumber(row.seq))
+}
+
 const rowsOf = (messages: ReadonlyArray<StoredMessage>): ReadonlyArray<NewRow> =>
   messages.flatMap((message) =>
     message.entries.map((entry, index) => ({
@@ -178,30 +185,43 @@ const lockHead = ({ name, queues, sql }: Queue) =>
     decodeHead
   )
 
-/** The stored messages among `ids`, with their entries (no ORDER BY: SQLite would scan the queue). */
+/**
+ * The stored messages among `ids`, with their entries. On PostgreSQL each id is looked up on its
+ * own (a lateral subquery that `OFFSET 0` keeps from being flattened into a join), so the plan is
+ * an index probe per id even when the table's statistics are stale, as they are for a new or
+ * fast-growing queue; a scan of the queue by its primary key would grow with the queue. No ORDER
+ * BY: SQLite would then walk the whole queue by its primary key.
+ */
 const selectMessages = ({ entries, name, sql }: Queue, ids: ReadonlyArray<string>) =>
   inRuns(
     sql,
     ids,
     (all) =>
-      sql<EntryRow>`SELECT seq, business_id, part, part_count, payload, accepted FROM ${entries}
-        WHERE queue = ${name} AND business_id = ANY(${all}::text[])`,
+      sql<EntryRow>`SELECT e.seq, e.business_id, e.part, e.part_count, e.payload, e.accepted
+        FROM unnest(${all}::text[]) AS i(id)
+        CROSS JOIN LATERAL (
+          SELECT seq, business_id, part, part_count, payload, accepted FROM ${entries}
+          WHERE queue = ${name} AND business_id = i.id OFFSET 0
+        ) AS e`,
     (run) =>
       sql<EntryRow>`SELECT seq, business_id, part, part_count, payload, accepted FROM ${entries}
         WHERE queue = ${name} AND business_id IN ${sql.in(run)}`
   ).pipe(Effect.map((rows) => decodeMessages([...rows].sort(bySeq))))
 
+/** The rows (seq, acceptance) of the stored messages among `ids`. */
 const selectAcceptance = ({ entries, name, sql }: Queue, ids: ReadonlyArray<string>) =>
   inRuns(
     sql,
     ids,
     (all) =>
-      sql<AcceptanceRow>`SELECT DISTINCT business_id, accepted FROM ${entries}
-        WHERE queue = ${name} AND business_id = ANY(${all}::text[])`,
+      sql<AcceptanceRow>`SELECT e.seq, e.business_id, e.accepted FROM unnest(${all}::text[]) AS i(id)
+        CROSS JOIN LATERAL (
+          SELECT seq, business_id, accepted FROM ${entries} WHERE queue = ${name} AND business_id = i.id OFFSET 0
+        ) AS e`,
     (run) =>
-      sql<AcceptanceRow>`SELECT DISTINCT business_id, accepted FROM ${entries}
+      sql<AcceptanceRow>`SELECT seq, business_id, accepted FROM ${entries}
         WHERE queue = ${name} AND business_id IN ${sql.in(run)}`
-  ).pipe(Effect.map(decodeAcceptance))
+  )
 
 const insertRows = ({ entries, name, sql }: Queue, rows: ReadonlyArray<NewRow>) =>
   inRuns(
@@ -229,12 +249,13 @@ const insertRows = ({ entries, name, sql }: Queue, rows: ReadonlyArray<NewRow>) 
       }`
   )
 
-const setAccepted = ({ entries, name, sql }: Queue, ids: ReadonlyArray<string>) =>
+/** Accepts entries by seq (the primary key). */
+const setAccepted = ({ entries, name, sql }: Queue, seqs: ReadonlyArray<number>) =>
   inRuns(
     sql,
-    ids,
-    (all) => sql`UPDATE ${entries} SET accepted = 1 WHERE queue = ${name} AND business_id = ANY(${all}::text[])`,
-    (run) => sql`UPDATE ${entries} SET accepted = 1 WHERE queue = ${name} AND business_id IN ${sql.in(run)}`
+    seqs,
+    (all) => sql`UPDATE ${entries} SET accepted = 1 WHERE queue = ${name} AND seq = ANY(${all}::bigint[])`,
+    (run) => sql`UPDATE ${entries} SET accepted = 1 WHERE queue = ${name} AND seq IN ${sql.in(run)}`
   )
 
 /** Locks the queue, checks the epoch, then runs `body` in the same transaction. */
@@ -360,9 +381,10 @@ const storeChunked = (queue: Queue, epoch: QueueEpoch, messageId: string, chunks
 const acceptLocked = (queue: Queue, epoch: QueueEpoch, ids: ReadonlyArray<string>) =>
   locked(queue, epoch, () =>
     Effect.gen(function*() {
-      const found = yield* selectAcceptance(queue, ids)
+      const rows = yield* selectAcceptance(queue, ids)
+      const found = decodeAcceptance(rows)
       const toAccept = yield* Rules.planAccept((id) => found.get(id), ids)
-      yield* setAccepted(queue, toAccept)
+      yield* setAccepted(queue, seqsOf(rows, toAccept))
     }))
 
 /**
@@ -378,21 +400,26 @@ const acceptOneFast = ({ entries, name, queues, sql }: Queue, epoch: QueueEpoch,
 
 /**
  * PostgreSQL, one statement: accept several messages when the epoch holds and every id is stored
- * (a failed batch must write nothing); otherwise write nothing and return false.
+ * (a failed batch must write nothing); otherwise write nothing and return false. The entries are
+ * found id by id (a lateral join) and updated by seq, so the plan never scans the queue.
  */
 const acceptManyFast = ({ entries, name, queues, sql }: Queue, epoch: QueueEpoch, ids: ReadonlyArray<string>) =>
   sql<{ readonly epoch: number | string | null; readonly found: number | string }>`WITH q AS (
       SELECT epoch FROM ${queues} WHERE name = ${name} FOR SHARE
     ), found AS (
-      SELECT count(DISTINCT business_id) AS n FROM ${entries}
-      WHERE queue = ${name} AND business_id = ANY(${ids}::text[])
+      SELECT e.seq, e.business_id, e.accepted FROM unnest(${ids}::text[]) AS i(id)
+      CROSS JOIN LATERAL (
+        SELECT seq, business_id, accepted FROM ${entries} WHERE queue = ${name} AND business_id = i.id OFFSET 0
+      ) AS e
+    ), counted AS (
+      SELECT count(DISTINCT business_id) AS n FROM found
     ), updated AS (
       UPDATE ${entries} SET accepted = 1
-      WHERE queue = ${name} AND business_id = ANY(${ids}::text[]) AND accepted = 0
-        AND (SELECT epoch FROM q) = ${epoch} AND (SELECT n FROM found) = ${ids.length}
+      WHERE queue = ${name} AND seq = ANY(ARRAY(SELECT seq FROM found WHERE accepted = 0)) AND accepted = 0
+        AND (SELECT epoch FROM q) = ${epoch} AND (SELECT n FROM counted) = ${ids.length}
       RETURNING 1
     )
-    SELECT (SELECT epoch FROM q) AS epoch, (SELECT n FROM found) AS found, (SELECT count(*) FROM updated) AS updated`
+    SELECT (SELECT epoch FROM q) AS epoch, (SELECT n FROM counted) AS found, (SELECT count(*) FROM updated) AS updated`
     .pipe(
       Effect.map((rows) =>
         rows.length === 1 && rows[0].epoch !== null && toNumber(rows[0].epoch) === epoch &&

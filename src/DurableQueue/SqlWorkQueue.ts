@@ -63,6 +63,7 @@ interface JobRow {
 }
 
 interface StateRow {
+  readonly seq: number | string
   readonly message_id: string
   readonly state: number | string
 }
@@ -110,31 +111,40 @@ const lockHead = ({ name, queues, sql }: Queue) =>
     decodeHead
   )
 
+/**
+ * The stored jobs among `ids`. On PostgreSQL each id is looked up on its own (a lateral subquery
+ * that `OFFSET 0` keeps from being flattened into a join), so the plan is an index probe per id
+ * even when the table's statistics are stale, as they are for a new or fast-growing queue.
+ */
 const selectJobs = ({ entries, name, sql }: Queue, ids: ReadonlyArray<string>) =>
   inRuns(
     sql,
     ids,
     (all) =>
-      sql<JobRow>`SELECT seq, message_id, payload, state FROM ${entries}
-        WHERE queue = ${name} AND message_id = ANY(${all}::text[])`,
+      sql<JobRow>`SELECT e.seq, e.message_id, e.payload, e.state FROM unnest(${all}::text[]) AS i(id)
+        CROSS JOIN LATERAL (
+          SELECT seq, message_id, payload, state FROM ${entries} WHERE queue = ${name} AND message_id = i.id OFFSET 0
+        ) AS e`,
     (run) =>
       sql<JobRow>`SELECT seq, message_id, payload, state FROM ${entries}
         WHERE queue = ${name} AND message_id IN ${sql.in(run)}`
   ).pipe(Effect.map((rows) => new Map(rows.map((row) => [row.message_id, decodeJob(row)]))))
 
-/** The state of each stored job among `ids` (entries without payloads, enough for the rules). */
+/** The seq and state of each stored job among `ids` (as `selectJobs`, without payloads). */
 const selectStates = ({ entries, name, sql }: Queue, ids: ReadonlyArray<string>) =>
   inRuns(
     sql,
     ids,
     (all) =>
-      sql<StateRow>`SELECT message_id, state FROM ${entries} WHERE queue = ${name} AND message_id = ANY(${all}::text[])`,
-    (run) => sql<StateRow>`SELECT message_id, state FROM ${entries} WHERE queue = ${name} AND message_id IN ${sql.in(run)}`
-  ).pipe(Effect.map((rows) =>
-    new Map<string, StoredJob>(
-      rows.map((row) => [row.message_id, { entry: makeEntry(0, row.message_id, emptyBytes), state: decodeState(row.state) }])
-    )
-  ))
+      sql<StateRow>`SELECT e.seq, e.message_id, e.state FROM unnest(${all}::text[]) AS i(id)
+        CROSS JOIN LATERAL (
+          SELECT seq, message_id, state FROM ${entries} WHERE queue = ${name} AND message_id = i.id OFFSET 0
+        ) AS e`,
+    (run) =>
+      sql<StateRow>`SELECT seq, message_id, state FROM ${entries} WHERE queue = ${name} AND message_id IN ${
+        sql.in(run)
+      }`
+  )
 
 const insertJobs = ({ entries, name, sql }: Queue, jobs: ReadonlyArray<StoredJob>) =>
   inRuns(
@@ -163,13 +173,13 @@ const insertJobs = ({ entries, name, sql }: Queue, jobs: ReadonlyArray<StoredJob
 const stepSet = (sql: SqlClient, to: Step) =>
   to === Confirmed ? sql`state = ${to}, payload = ${toParam(emptyBytes)}` : sql`state = ${to}`
 
-/** Moves `ids` to `to`. */
-const setState = ({ entries, name, sql }: Queue, ids: ReadonlyArray<string>, to: Step) =>
+/** Moves jobs to `to`, by seq (the primary key). */
+const setState = ({ entries, name, sql }: Queue, seqs: ReadonlyArray<number>, to: Step) =>
   inRuns(
     sql,
-    ids,
-    (all) => sql`UPDATE ${entries} SET ${stepSet(sql, to)} WHERE queue = ${name} AND message_id = ANY(${all}::text[])`,
-    (run) => sql`UPDATE ${entries} SET ${stepSet(sql, to)} WHERE queue = ${name} AND message_id IN ${sql.in(run)}`
+    seqs,
+    (all) => sql`UPDATE ${entries} SET ${stepSet(sql, to)} WHERE queue = ${name} AND seq = ANY(${all}::bigint[])`,
+    (run) => sql`UPDATE ${entries} SET ${stepSet(sql, to)} WHERE queue = ${name} AND seq IN ${sql.in(run)}`
   )
 
 /** Locks the queue, checks the epoch, then runs `body` in the same transaction. */
@@ -277,10 +287,16 @@ const store = (
 const advanceLocked = (queue: Queue, epoch: QueueEpoch, ids: ReadonlyArray<string>, to: Step) =>
   locked(queue, epoch, () =>
     Effect.gen(function*() {
-      const found = yield* selectStates(queue, ids)
-      const lookup = (id: string) => found.get(id)
+      const rows = yield* selectStates(queue, ids)
+      const found = new Map(rows.map((row) => [row.message_id, row]))
+      const lookup = (id: string): StoredJob | undefined => {
+        const row = found.get(id)
+        return row === undefined
+          ? undefined
+          : { entry: makeEntry(toNumber(row.seq), id, emptyBytes), state: decodeState(row.state) }
+      }
       const toChange = yield* (to === Accepted ? Rules.planAccept(lookup, ids) : Rules.planConfirm(lookup, ids))
-      yield* setState(queue, toChange, to)
+      yield* setState(queue, toChange.map((id) => toNumber(found.get(id)!.seq)), to)
     }))
 
 /**
@@ -296,7 +312,8 @@ const advanceOneFast = ({ entries, name, queues, sql }: Queue, epoch: QueueEpoch
 
 /**
  * PostgreSQL, one statement: advance several jobs when the epoch holds and every id may take the
- * step (a failed batch must write nothing); otherwise write nothing and return false.
+ * step (a failed batch must write nothing); otherwise write nothing and return false. The jobs are
+ * found id by id (a lateral subquery) and updated by seq, so the plan never scans the queue.
  */
 const advanceManyFast = (
   { entries, name, queues, sql }: Queue,
@@ -307,15 +324,19 @@ const advanceManyFast = (
   sql<{ readonly epoch: number | string | null; readonly found: number | string }>`WITH q AS (
       SELECT epoch FROM ${queues} WHERE name = ${name} FOR SHARE
     ), found AS (
-      SELECT count(*) AS n FROM ${entries}
-      WHERE queue = ${name} AND message_id = ANY(${ids}::text[]) AND state >= ${to - 1}
+      SELECT e.seq, e.state FROM unnest(${ids}::text[]) AS i(id)
+      CROSS JOIN LATERAL (
+        SELECT seq, state FROM ${entries} WHERE queue = ${name} AND message_id = i.id OFFSET 0
+      ) AS e
+    ), counted AS (
+      SELECT count(*) AS n FROM found WHERE state >= ${to - 1}
     ), updated AS (
       UPDATE ${entries} SET ${stepSet(sql, to)}
-      WHERE queue = ${name} AND message_id = ANY(${ids}::text[]) AND state = ${to - 1}
-        AND (SELECT epoch FROM q) = ${epoch} AND (SELECT n FROM found) = ${ids.length}
+      WHERE queue = ${name} AND seq = ANY(ARRAY(SELECT seq FROM found WHERE state = ${to - 1})) AND state = ${to - 1}
+        AND (SELECT epoch FROM q) = ${epoch} AND (SELECT n FROM counted) = ${ids.length}
       RETURNING 1
     )
-    SELECT (SELECT epoch FROM q) AS epoch, (SELECT n FROM found) AS found, (SELECT count(*) FROM updated) AS updated`
+    SELECT (SELECT epoch FROM q) AS epoch, (SELECT n FROM counted) AS found, (SELECT count(*) FROM updated) AS updated`
     .pipe(
       Effect.map((rows) =>
         rows.length === 1 && rows[0].epoch !== null && toNumber(rows[0].epoch) === epoch &&

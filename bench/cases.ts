@@ -1,0 +1,18 @@
+/**
+ * Every benchmark case by id. Each runs in its own child process so its peak RSS is its own.
+ */
+import { Effect } from "effect"
+import type { Row } from "./Row.js"
+import * as Baseline from "./baseline.js"
+import * as PointToPoint from "./pointToPoint.js"
+
+export type Case = () => Promise<Row>
+
+const run = (effect: Effect.Effect<Row, unknown>): Promise<Row> => Effect.runPromise(effect)
+
+export const cases: Record<string, Case> = {
+  "baseline": () => run(Baseline.queueHop(1_000_000)),
+  "p2p-send-100k": () => run(PointToPoint.send(100_000)),
+  "p2p-send-1m": () => run(PointToPoint.send(1_000_000)),
+  "p2p-sendAll-1m": () => run(PointToPoint.sendAll(1_000_000))
+}

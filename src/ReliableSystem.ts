@@ -7,6 +7,8 @@ import { Context, Duration, Effect, Layer, PubSub, Stream } from "effect"
 import type { Queue, Scope } from "effect"
 import { EndpointRegistry } from "./internal/EndpointRegistry.js"
 import type { EndpointRecord } from "./internal/EndpointRegistry.js"
+import * as NodeLookup from "./internal/NodeLookup.js"
+import type { LookupStats } from "./internal/NodeLookup.js"
 import { DefaultLookupTimeout } from "./Protocol/Config.js"
 import { EndpointNotFound } from "./Protocol/Errors.js"
 import type { ReliableDeliveryFailed } from "./Protocol/Failure.js"
@@ -22,8 +24,18 @@ export interface ReliableSystemOptions {
 export interface SystemInternals {
   readonly transport: TransportService
   readonly registry: EndpointRegistry
-  /** Finds an endpoint's record (local for now); undefined when unknown or unanswered in time. */
-  readonly lookup: (name: string) => Effect.Effect<EndpointRecord | undefined>
+  /**
+   * Finds an endpoint's record: in this system's registry, or, when `node` names another node,
+   * by asking that node (a remoting-only flow). Undefined when unknown or unanswered in time.
+   */
+  readonly lookup: (name: string, node?: string | undefined) => Effect.Effect<EndpointRecord | undefined>
+  /** Counters of lookups asked of and served to other nodes. */
+  readonly lookupStats: () => LookupStats
+  /**
+   * True when peers are resolved through a cluster registry. Always false for now: cluster mode
+   * (a later issue) sets it, and peer addresses are rejected on such a system.
+   */
+  readonly clustered: boolean
   readonly publishFailure: (failure: ReliableDeliveryFailed) => void
   /** A fresh id for incarnations and sessions, unique across processes. */
   readonly newId: () => string
@@ -57,17 +69,19 @@ export const make = (options: ReliableSystemOptions = {}): Effect.Effect<Reliabl
     const registry = new EndpointRegistry()
     const failures = yield* Effect.acquireRelease(PubSub.sliding<ReliableDeliveryFailed>(1024), PubSub.shutdown)
     const lookupTimeout = Duration.decode(options.lookupTimeout ?? DefaultLookupTimeout)
-    const lookupLocal = (name: string) => Effect.sync(() => registry.get(name)?.record)
+    const newId = makeIdSource()
+    const nodes = yield* NodeLookup.make({ transport, registry, timeout: lookupTimeout, newId })
     const internal: SystemInternals = {
       transport,
       registry,
-      lookup: (name) =>
-        lookupLocal(name).pipe(
-          Effect.timeout(lookupTimeout),
-          Effect.orElseSucceed(() => undefined)
-        ),
+      lookup: (name, node) =>
+        node === undefined || node === transport.node
+          ? Effect.sync(() => registry.get(name)?.record)
+          : nodes.ask(node, name),
+      lookupStats: nodes.stats,
+      clustered: false,
       publishFailure: (failure) => void failures.unsafeOffer(failure),
-      newId: makeIdSource()
+      newId
     }
     return {
       node: transport.node,

@@ -22,3 +22,7 @@ export const sameAddress = (a: ControllerAddress | undefined, b: ControllerAddre
 
 export const formatAddress = (address: ControllerAddress): string =>
   `${address.endpoint}#${address.incarnation}@${address.node}`
+
+/** A node's `host:port` name as the socket transport spells it (IPv6 hosts bracketed). */
+export const formatNode = (host: string, port: number): string =>
+  host.includes(":") && !host.startsWith("[") ? `[${host}]:${port}` : `${host}:${port}`

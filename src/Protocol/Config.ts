@@ -2,7 +2,9 @@
  * Option defaults and bounds (from the seeds), and the checks every endpoint constructor runs.
  */
 import { Duration, Effect } from "effect"
-import { ReliableConfigError } from "./Errors.js"
+import { formatNode } from "./Address.js"
+import { ReliableConfigError, ReliablePeerClusterConflict, ReliablePeerRemotingRequired } from "./Errors.js"
+import type { ReliableEndpointConfigError } from "./Errors.js"
 
 /** Consumer demand per request and consumer buffer capacity. */
 export const DefaultWindow = 50
@@ -75,4 +77,50 @@ export const checkChunkSize = (value: number | undefined): Effect.Effect<number 
   return Number.isInteger(value) && value >= MinChunkSize && value <= MaxChunkSize
     ? Effect.succeed(value)
     : fail("chunkSize", `chunkSize must be an integer in [${MinChunkSize}, ${MaxChunkSize}] bytes, got ${value}`)
+}
+
+/** The remoting address of the node hosting a flow's peer endpoint (a remoting-only flow). */
+export interface PeerAddress {
+  readonly host: string
+  readonly port: number
+}
+
+/** What a system can do, as far as peer addresses care. */
+export interface PeerCapabilities {
+  /** The transport reaches other processes. */
+  readonly remoting: boolean
+  /** Peers are resolved through a cluster registry. */
+  readonly clustered: boolean
+}
+
+/**
+ * Checks a peer address option and returns the node it names (`host:port`), or undefined when
+ * the option is absent (the peer is local). A peer address needs a remoting transport and
+ * excludes cluster mode: a flow follows exactly one resolution authority.
+ */
+export const checkPeerAddress = (
+  option: string,
+  value: PeerAddress | undefined,
+  system: PeerCapabilities
+): Effect.Effect<string | undefined, ReliableEndpointConfigError> => {
+  if (value === undefined) return Effect.succeed(undefined)
+  if (typeof value !== "object" || value === null || typeof value.host !== "string" || value.host.trim().length === 0) {
+    return fail(`${option}.host`, `${option}.host must be a non-blank host name or IP address, got ${JSON.stringify(value?.host)}`)
+  }
+  if (!Number.isInteger(value.port) || value.port < 1 || value.port > 65535) {
+    return fail(`${option}.port`, `${option}.port must be an integer in [1, 65535], got ${value.port}`)
+  }
+  if (system.clustered) {
+    return Effect.fail(new ReliablePeerClusterConflict({
+      option,
+      message: `${option} cannot be combined with cluster mode: a flow is resolved either through the cluster or at a peer address`
+    }))
+  }
+  if (!system.remoting) {
+    return Effect.fail(new ReliablePeerRemotingRequired({
+      option,
+      message: `${option} needs a remoting transport (Transport.layerSocket); this system's transport stays in one process`
+    }))
+  }
+  return Effect.succeed(formatNode(value.host, value.port))
 }

@@ -11,6 +11,44 @@ export class ReliableConfigError extends Data.TaggedError("ReliableConfigError")
   readonly message: string
 }> {}
 
+/**
+ * A peer address (`remoteConsumer`, `remoteProducer`) on a system whose transport does not cross
+ * processes: the flow could never connect. Use `Transport.layerSocket`.
+ */
+export class ReliablePeerRemotingRequired extends Data.TaggedError("ReliablePeerRemotingRequired")<{
+  readonly option: string
+  readonly message: string
+}> {}
+
+/**
+ * A peer address on a clustered system: a flow follows exactly one resolution authority, either
+ * the cluster registry or the configured address, never both.
+ */
+export class ReliablePeerClusterConflict extends Data.TaggedError("ReliablePeerClusterConflict")<{
+  readonly option: string
+  readonly message: string
+}> {}
+
+/** Everything an endpoint constructor can reject its options with. */
+export type ReliableEndpointConfigError = ReliableConfigError | ReliablePeerRemotingRequired | ReliablePeerClusterConflict
+
+/**
+ * A message whose frame cannot cross the transport (above its maximum frame size). Nothing was
+ * sent or stored; split large payloads with the producer's `chunkSize` option.
+ */
+export class FrameTooLarge extends Data.TaggedError("FrameTooLarge")<{
+  readonly size: number
+  readonly maxFrameSize: number
+  readonly messageTag: string
+  /** The business message refused, when a producer refused it. */
+  readonly messageId?: string
+}> {
+  override get message(): string {
+    const what = this.messageId === undefined ? `a ${this.messageTag} frame` : `message ${this.messageId} (a ${this.messageTag} frame)`
+    return `${what} of ${this.size} bytes exceeds maxFrameSize ${this.maxFrameSize}; use chunking (chunkSize) for large payloads`
+  }
+}
+
 /** Why a producer-side contract call was refused. */
 export type ProducerContractReason =
   | "BlankMessageId"

@@ -54,7 +54,33 @@ export type ConsumerToProducer = typeof ConsumerToProducer.Type
 export const ProducerToConsumer = Schema.Union(RegistrationAck, SequencedMessage)
 export type ProducerToConsumer = typeof ProducerToConsumer.Type
 
-export const WireMessage = Schema.Union(RegisterConsumer, RegistrationAck, Request, Ack, SequencedMessage)
+/** What kind of endpoint a record describes. */
+export const EndpointKind = Schema.Literal("Producer", "Consumer", "WorkProducer", "Worker")
+export type EndpointKind = typeof EndpointKind.Type
+
+/** A node's answer about one of its endpoints: what it is, whom it names, its live controller. */
+export const LookupRecord = Schema.Struct({
+  kind: EndpointKind,
+  peer: Schema.optional(Schema.String),
+  address: Schema.optional(ControllerAddress)
+})
+export type LookupRecord = typeof LookupRecord.Type
+
+/** Node -> node (between system addresses): which controller serves endpoint `name` right now? */
+export const Lookup = Schema.TaggedStruct("Lookup", { requestId: Id, name: Schema.String })
+export type Lookup = typeof Lookup.Type
+
+/** The answer to a `Lookup`; no record when the node hosts no endpoint of that name. */
+export const LookupReply = Schema.TaggedStruct("LookupReply", {
+  requestId: Id,
+  record: Schema.optional(LookupRecord)
+})
+export type LookupReply = typeof LookupReply.Type
+
+export const SystemMessage = Schema.Union(Lookup, LookupReply)
+export type SystemMessage = typeof SystemMessage.Type
+
+export const WireMessage = Schema.Union(RegisterConsumer, RegistrationAck, Request, Ack, SequencedMessage, Lookup, LookupReply)
 export type WireMessage = typeof WireMessage.Type
 
 /** A wire message in flight between two controllers. */

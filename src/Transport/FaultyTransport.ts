@@ -116,6 +116,8 @@ export const make = (
 
     const transport: TransportService = {
       node: underlying.node,
+      remoting: underlying.remoting,
+      maxFrameSize: underlying.maxFrameSize,
       post: (envelopes) => {
         const out: Array<Envelope> = []
         for (const envelope of envelopes) {

@@ -32,6 +32,8 @@ export const makeNode = (hub: MemoryHubService, node: string): TransportService 
   let undeliverable = 0
   return {
     node,
+    remoting: false,
+    maxFrameSize: undefined,
     post: (envelopes) => {
       for (const envelope of envelopes) {
         const inbox = hub.inboxes.get(routeKey(envelope.to.node, envelope.to))

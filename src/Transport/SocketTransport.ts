@@ -20,6 +20,7 @@ import { Data, Deferred, Duration, Effect, Either, Fiber, FiberSet, Layer, Optio
 import type { Scope } from "effect"
 import * as Net from "node:net"
 import { inboxKey } from "../Protocol/Address.js"
+import { FrameTooLarge } from "../Protocol/Errors.js"
 import type { Envelope } from "../Protocol/WireMessage.js"
 import {
   bodyLength,
@@ -105,16 +106,7 @@ export interface SocketTransportService extends TransportService {
 }
 
 /** An envelope whose frame would exceed the frame size limit; it is never sent. */
-export class FrameTooLarge extends Data.TaggedError("FrameTooLarge")<{
-  readonly size: number
-  readonly maxFrameSize: number
-  readonly messageTag: string
-}> {
-  override get message(): string {
-    return `a ${this.messageTag} frame of ${this.size} bytes exceeds maxFrameSize ${this.maxFrameSize}; ` +
-      `use chunking for large payloads`
-  }
-}
+export { FrameTooLarge } from "../Protocol/Errors.js"
 
 /** The transport could not start: bad options, or the address could not be bound. */
 export class SocketTransportError extends Data.TaggedError("SocketTransportError")<{
@@ -434,6 +426,8 @@ export const make = (
     const transport: SocketTransportService = {
       node,
       port,
+      remoting: true,
+      maxFrameSize: config.maxFrameSize,
       post: (envelopes) => {
         for (const envelope of envelopes) {
           if (envelope.to.node === node) {

@@ -22,6 +22,13 @@ export interface TransportService {
   /** This node's address; controller addresses created here carry it. */
   readonly node: string
   /**
+   * True when envelopes can reach other processes (TCP): only then may an endpoint name a peer
+   * address (`remoteConsumer`, `remoteProducer`).
+   */
+  readonly remoting: boolean
+  /** The largest frame body that can leave this node, or undefined when there is no limit. */
+  readonly maxFrameSize: number | undefined
+  /**
    * Hands envelopes to the transport without waiting. Never blocks and never fails: what cannot
    * be delivered is dropped and counted. Controllers call this from inside a state fold.
    */

@@ -6,8 +6,9 @@ import { Effect } from "effect"
 import type { Scope } from "effect"
 import type { ControllerAddress } from "../Protocol/Address.js"
 import { ReliableConfigError } from "../Protocol/Errors.js"
+import type { EndpointKind } from "../Protocol/WireMessage.js"
 
-export type EndpointKind = "Producer" | "Consumer" | "WorkProducer" | "Worker"
+export type { EndpointKind } from "../Protocol/WireMessage.js"
 
 /** What a lookup answers about an endpoint. */
 export interface EndpointRecord {

@@ -11,7 +11,8 @@ import type { EndpointKind } from "./internal/EndpointRegistry.js"
 import * as EndpointLifecycle from "./internal/EndpointLifecycle.js"
 import * as Config from "./Protocol/Config.js"
 import type { Delivery } from "./Protocol/Contract.js"
-import type { ReliableConfigError } from "./Protocol/Errors.js"
+import { ReliableConfigError } from "./Protocol/Errors.js"
+import type { ReliableEndpointConfigError } from "./Protocol/Errors.js"
 import * as PayloadCodec from "./Protocol/PayloadCodec.js"
 import { ReliableSystem } from "./ReliableSystem.js"
 
@@ -26,6 +27,11 @@ export interface ConsumerOptions<A, I> {
   readonly window?: number
   /** Tick for re-registration, re-delivery and gap re-requests; default 2s. */
   readonly resendInterval?: Duration.DurationInput
+  /**
+   * The remoting address of the node hosting the producer (a remoting-only flow); needs a socket
+   * transport. Default: the producer is on this system.
+   */
+  readonly remoteProducer?: Config.PeerAddress
 }
 
 export interface Consumer<A> {
@@ -53,10 +59,20 @@ export const makeEndpoint = <A, I>(
   options: ConsumerOptions<A, I>,
   kind: EndpointKind,
   producerKinds: ReadonlyArray<EndpointKind>
-): Effect.Effect<Consumer<A>, ReliableConfigError, ReliableSystem | Scope.Scope> =>
+): Effect.Effect<Consumer<A>, ReliableEndpointConfigError, ReliableSystem | Scope.Scope> =>
   Effect.gen(function*() {
     const checked = yield* checkOptions(options)
     const system = (yield* ReliableSystem).internal
+    if (kind === "Worker" && options.remoteProducer !== undefined) {
+      return yield* new ReliableConfigError({
+        option: "remoteProducer",
+        message: "work-pulling does not support peer addresses; a worker set spanning nodes requires cluster mode"
+      })
+    }
+    const producerNode = yield* Config.checkPeerAddress("remoteProducer", options.remoteProducer, {
+      remoting: system.transport.remoting,
+      clustered: system.clustered
+    })
     const codec = PayloadCodec.make(options.payload)
     // Holds at most the delivery in flight plus re-deliveries of it: the protocol bounds it.
     const deliveries = yield* Effect.acquireRelease(Queue.unbounded<Delivery<A>>(), Queue.shutdown)
@@ -73,7 +89,8 @@ export const makeEndpoint = <A, I>(
           producer: checked.producer,
           window: checked.window,
           resendInterval: checked.resendInterval,
-          producerKinds
+          producerKinds,
+          producerNode
         }, codec, system, {
           deliver: (delivery) => void deliveries.unsafeOffer(delivery),
           handlerBusy: () => busy,
@@ -109,5 +126,5 @@ export const makeEndpoint = <A, I>(
 /** A point-to-point consumer endpoint. */
 export const make = <A, I>(
   options: ConsumerOptions<A, I>
-): Effect.Effect<Consumer<A>, ReliableConfigError, ReliableSystem | Scope.Scope> =>
+): Effect.Effect<Consumer<A>, ReliableEndpointConfigError, ReliableSystem | Scope.Scope> =>
   makeEndpoint(options, "Consumer", ["Producer"])

@@ -7,14 +7,14 @@ import { Effect, Either, PubSub, Stream } from "effect"
 import type { Duration, Queue, Schema, Scope } from "effect"
 import { randomUUID } from "node:crypto"
 import * as ProducerController from "./Controller/ProducerController.js"
-import type { ProducerStats } from "./Controller/ProducerController.js"
+import type { ProduceError, ProducerStats } from "./Controller/ProducerController.js"
 import type { DurableProducerQueueService } from "./DurableQueue/DurableProducerQueue.js"
 import type { EndpointRecord } from "./internal/EndpointRegistry.js"
 import * as EndpointLifecycle from "./internal/EndpointLifecycle.js"
 import { Signal } from "./internal/Signal.js"
 import * as Config from "./Protocol/Config.js"
 import type { DeliveryConfirmed, Produced, RequestNext, Stored, StoredAck } from "./Protocol/Contract.js"
-import type { PayloadEncodeError, ProducerContractError, ReliableConfigError } from "./Protocol/Errors.js"
+import type { ProducerContractError, ReliableConfigError, ReliableEndpointConfigError } from "./Protocol/Errors.js"
 import * as PayloadCodec from "./Protocol/PayloadCodec.js"
 import { ReliableSystem } from "./ReliableSystem.js"
 import type { SystemInternals } from "./ReliableSystem.js"
@@ -36,6 +36,11 @@ export interface ProducerOptions<A, I> {
   readonly durableQueue?: DurableProducerQueueService
   /** Durable operation retries before the controller restarts; default 3 attempts, 100ms apart. */
   readonly queueRetry?: Config.QueueRetry
+  /**
+   * The remoting address of the node hosting the consumer (a remoting-only flow); needs a socket
+   * transport. Default: the consumer is on this system.
+   */
+  readonly remoteConsumer?: Config.PeerAddress
 }
 
 export interface SendOptions {
@@ -45,19 +50,23 @@ export interface SendOptions {
 
 export interface Producer<A> {
   readonly name: string
-  /** Waits for demand, stores the message and completes the handshake; resolves with `Stored`. */
-  readonly send: (payload: A, options?: SendOptions) => Effect.Effect<Stored, ProducerContractError | PayloadEncodeError>
+  /**
+   * Waits for demand, stores the message and completes the handshake; resolves with `Stored`.
+   * Fails with `FrameTooLarge`, storing nothing, when the consumer is on another node and the
+   * message (or, with `chunkSize`, one chunk) cannot fit the transport's frame.
+   */
+  readonly send: (payload: A, options?: SendOptions) => Effect.Effect<Stored, ProduceError>
   /**
    * Sends many messages, storing (and durably accepting) as many as current demand allows in one
    * step each time; results are in input order and identical to sending one by one.
    */
   readonly sendAll: (
     messages: Iterable<{ readonly payload: A; readonly messageId?: string }>
-  ) => Effect.Effect<ReadonlyArray<Stored>, ProducerContractError | PayloadEncodeError>
+  ) => Effect.Effect<ReadonlyArray<Stored>, ProduceError>
   /** Waits for the next grant (the contract's `RequestNext`). */
   readonly requestNext: Effect.Effect<RequestNext>
   /** Answers a grant; resolves with `Stored` once the message is stored. */
-  readonly produce: (produced: Produced<A>) => Effect.Effect<Stored, ProducerContractError | PayloadEncodeError>
+  readonly produce: (produced: Produced<A>) => Effect.Effect<Stored, ProduceError>
   /** Completes a message's handshake; the controller then emits it. */
   readonly storedAck: (ack: StoredAck) => Effect.Effect<void, ProducerContractError>
   /** Consumer confirmations (with `deliveryConfirmation: true`); best effort. */
@@ -137,7 +146,12 @@ export const makeEndpoint = <A>(
       return controller !== undefined && controller.address.incarnation === of.controller ? controller : undefined
     }
 
-    const isStale = (error: ProducerContractError | PayloadEncodeError) =>
+    const stillGranted = (controller: ProducerController.ProducerController<A>, of: RequestNext) => {
+      const handshake = controller.handshake()
+      return controller.running() && handshake._tag === "Granted" && handshake.grant.token === of.token
+    }
+
+    const isStale = (error: ProduceError) =>
       error._tag === "ProducerContractError" && error.reason === "StaleGrant"
 
     /**
@@ -149,7 +163,7 @@ export const makeEndpoint = <A>(
      */
     const sendBatch = (
       batch: ReadonlyArray<{ readonly payload: A; readonly messageId: string }>
-    ): Effect.Effect<ReadonlyArray<Stored>, ProducerContractError | PayloadEncodeError> =>
+    ): Effect.Effect<ReadonlyArray<Stored>, ProduceError> =>
       Effect.suspend(() => {
         const taken = grant
         if (taken === undefined) return Effect.zipRight(grants.next(), sendBatch(batch))
@@ -166,7 +180,15 @@ export const makeEndpoint = <A>(
         const rest = items.length === batch.length ? undefined : batch.slice(items.length)
         const sent = controller.sendNow(taken, items)
         if (Either.isEither(sent)) {
-          if (Either.isLeft(sent)) return isStale(sent.left) ? sendBatch(batch) : sent
+          if (Either.isLeft(sent)) {
+            if (isStale(sent.left)) return sendBatch(batch)
+            // Refused before anything was stored: the grant is still good for the next send.
+            if (grant === undefined && stillGranted(controller, taken)) {
+              grant = taken
+              grants.fire()
+            }
+            return sent
+          }
           return rest === undefined ? sent : Effect.map(sendBatch(rest), (more) => [...sent.right, ...more])
         }
         return sent.pipe(
@@ -214,10 +236,14 @@ export const makeEndpoint = <A>(
 /** A point-to-point producer endpoint. */
 export const make = <A, I>(
   options: ProducerOptions<A, I>
-): Effect.Effect<Producer<A>, ReliableConfigError, ReliableSystem | Scope.Scope> =>
+): Effect.Effect<Producer<A>, ReliableEndpointConfigError, ReliableSystem | Scope.Scope> =>
   Effect.gen(function*() {
     const checked = yield* checkOptions(options)
     const system = (yield* ReliableSystem).internal
+    const consumerNode = yield* Config.checkPeerAddress("remoteConsumer", options.remoteConsumer, {
+      remoting: system.transport.remoting,
+      clustered: system.clustered
+    })
     const codec = PayloadCodec.make(options.payload)
     const settings: ProducerController.ProducerSettings = {
       endpoint: checked.name,
@@ -226,7 +252,8 @@ export const make = <A, I>(
       retryInterval: checked.retryInterval,
       chunkSize: checked.chunkSize,
       durableQueue: options.durableQueue,
-      queueRetry: checked.queueRetry
+      queueRetry: checked.queueRetry,
+      consumerNode
     }
     return yield* makeEndpoint(
       system,

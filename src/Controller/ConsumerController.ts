@@ -23,6 +23,8 @@ export interface ConsumerSettings {
   readonly resendInterval: Duration.Duration
   /** The endpoint kinds this consumer may register with. */
   readonly producerKinds: ReadonlyArray<EndpointRecord["kind"]>
+  /** The node hosting the producer (a remoting-only flow); absent when it is local. */
+  readonly producerNode?: string | undefined
 }
 
 export interface ConsumerHooks<A> {
@@ -76,7 +78,7 @@ export const make = <A>(
     let stopped = false
     let state: Machine.ConsumerState
 
-    const resolve = Effect.flatMap(system.lookup(settings.producer), (record) =>
+    const resolve = Effect.flatMap(system.lookup(settings.producer, settings.producerNode), (record) =>
       Effect.sync(() => dispatch({ _tag: "Resolved", producer: producerAddress(record, settings), now: now() })))
 
     const deliver = (inFlight: Machine.InFlight) => {

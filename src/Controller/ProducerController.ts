@@ -11,6 +11,7 @@ import { sameAddress } from "../Protocol/Address.js"
 import type { ControllerAddress } from "../Protocol/Address.js"
 import type { DeliveryConfirmed, RequestNext, Stored, StoredAck } from "../Protocol/Contract.js"
 import { PayloadEncodeError, ProducerContractError } from "../Protocol/Errors.js"
+import type { FrameTooLarge } from "../Protocol/Errors.js"
 import { Signal } from "../internal/Signal.js"
 import type { StopOutcome } from "../internal/StopOutcome.js"
 import type { PayloadCodec } from "../Protocol/PayloadCodec.js"
@@ -18,6 +19,7 @@ import type { Envelope } from "../Protocol/WireMessage.js"
 import type { SystemInternals } from "../ReliableSystem.js"
 import type { DurableProducerQueueService } from "../DurableQueue/DurableProducerQueue.js"
 import * as DurableLane from "./DurableLane.js"
+import * as FrameFit from "./internal/FrameFit.js"
 import * as Machine from "./ProducerMachine.js"
 
 export interface ProducerSettings {
@@ -28,7 +30,12 @@ export interface ProducerSettings {
   readonly chunkSize: number | undefined
   readonly durableQueue: DurableProducerQueueService | undefined
   readonly queueRetry: DurableLane.QueueRetryPolicy
+  /** The node hosting the consumer (a remoting-only flow); absent when it is local. */
+  readonly consumerNode?: string | undefined
 }
+
+/** Why a produce call can fail. */
+export type ProduceError = ProducerContractError | PayloadEncodeError | FrameTooLarge
 
 /** What the controller tells its endpoint. */
 export interface ProducerHooks {
@@ -57,12 +64,12 @@ export interface ProducerController<A> {
     grant: RequestNext,
     messageId: string,
     payload: A
-  ) => Effect.Effect<Stored, ProducerContractError | PayloadEncodeError>
+  ) => Effect.Effect<Stored, ProduceError>
   /** The everyday path: one grant answered by a batch (one message on the contract path). */
   readonly produceAll: (
     grant: RequestNext,
     items: ReadonlyArray<{ readonly messageId: string; readonly payload: A }>
-  ) => Effect.Effect<ReadonlyArray<Stored>, ProducerContractError | PayloadEncodeError>
+  ) => Effect.Effect<ReadonlyArray<Stored>, ProduceError>
   readonly storedAck: (ack: StoredAck) => Effect.Effect<void, ProducerContractError>
   /** Acknowledges everything stored under the grant (the everyday path owns its messages). */
   readonly ackAll: (token: string) => void
@@ -74,8 +81,8 @@ export interface ProducerController<A> {
     grant: RequestNext,
     items: ReadonlyArray<{ readonly messageId: string; readonly payload: A }>
   ) =>
-    | Either.Either<ReadonlyArray<Stored>, ProducerContractError | PayloadEncodeError>
-    | Effect.Effect<ReadonlyArray<Stored>, ProducerContractError | PayloadEncodeError>
+    | Either.Either<ReadonlyArray<Stored>, ProduceError>
+    | Effect.Effect<ReadonlyArray<Stored>, ProduceError>
   /** The handshake as it stands (the everyday `send` path recovers abandoned handshakes with it). */
   readonly handshake: () => Machine.Handshake
   /** Wire seqs the consumer granted beyond what is already emitted. */
@@ -89,6 +96,10 @@ const isConsumerMessage = (message: Envelope["message"]) =>
 /** Accepts a registering controller only if it is the live consumer controller configured for us. */
 export const verifyConsumer = (record: EndpointRecord | undefined, producer: string, sender: ControllerAddress): boolean =>
   record !== undefined && record.kind === "Consumer" && record.peer === producer && sameAddress(record.address, sender)
+
+/** A stored message too large for its frame (stored by an earlier controller without chunking). */
+const unsendable = (fit: FrameFit.FrameFit, message: Envelope["message"]) =>
+  message._tag === "SequencedMessage" ? fit.sequenced(message.messageId, message.payload.length) : undefined
 
 export const make = <A>(
   settings: ProducerSettings,
@@ -112,6 +123,17 @@ export const make = <A>(
       durable: settings.durableQueue !== undefined,
       chunkSize: settings.chunkSize
     }
+    // Only frames to another node have a size limit (local envelopes never become frames).
+    const remoteLimit = settings.consumerNode !== undefined && settings.consumerNode !== system.transport.node
+      ? system.transport.maxFrameSize
+      : undefined
+    const frameFit = remoteLimit === undefined ? undefined : FrameFit.make({
+      maxFrameSize: remoteLimit,
+      from: address,
+      consumer: settings.consumer,
+      sessionId: config.sessionId,
+      chunkSize: settings.chunkSize
+    })
     const replies = new Map<string, Deferred.Deferred<ReadonlyArray<Stored>, ProducerContractError>>()
     const counters = { sent: 0, resent: 0, confirmed: 0, dropped: 0 }
     const now = () => clock.unsafeCurrentTimeMillis()
@@ -150,6 +172,11 @@ export const make = <A>(
         switch (action._tag) {
           case "Send":
           case "Resend": {
+            const refused = frameFit === undefined ? undefined : unsendable(frameFit, action.message)
+            if (refused !== undefined) {
+              stop({ _tag: "Terminal", stage: "Protocol", cause: refused })
+              return
+            }
             if (action._tag === "Send") counters.sent++
             else counters.resent++
             ;(envelopes ??= []).push({ from: address, to: action.to, message: action.message })
@@ -170,7 +197,8 @@ export const make = <A>(
           case "AckRejected":
             break
           case "Verify":
-            runFork(Effect.flatMap(system.lookup(action.address.endpoint), (record) =>
+            // Asked of the configured consumer node: a flow follows one resolution authority.
+            runFork(Effect.flatMap(system.lookup(action.address.endpoint, settings.consumerNode), (record) =>
               Effect.sync(() =>
                 dispatch({
                   _tag: "Verified",
@@ -256,7 +284,7 @@ export const make = <A>(
         message: `the controller of "${settings.endpoint}" has stopped; grant ${grant.token} is void, take a new one`
       })
 
-    type Answer = Either.Either<ReadonlyArray<Stored>, ProducerContractError | PayloadEncodeError>
+    type Answer = Either.Either<ReadonlyArray<Stored>, ProduceError>
 
     /**
      * Validates and encodes every item and folds one Produce. Volatile controllers answer in the
@@ -281,6 +309,8 @@ export const make = <A>(
           dispatch({ _tag: "Fail", stage: "Protocol", cause: error })
           return Either.left(error)
         }
+        const refused = frameFit?.produced(item.messageId, bytes.right.length)
+        if (refused !== undefined) return Either.left(refused)
         encoded.push({ messageId: item.messageId, payload: bytes.right })
       }
       const answered = findAnswer(dispatch({ _tag: "Produce", grant, items: encoded, now: now() }), grant.token)
@@ -295,7 +325,7 @@ export const make = <A>(
     }
 
     const produceAll = (grant: RequestNext, items: ReadonlyArray<{ readonly messageId: string; readonly payload: A }>) =>
-      Effect.suspend((): Effect.Effect<ReadonlyArray<Stored>, ProducerContractError | PayloadEncodeError> => {
+      Effect.suspend((): Effect.Effect<ReadonlyArray<Stored>, ProduceError> => {
         const answered = produceNow(grant, items)
         return Either.isEither(answered) ? answered : Deferred.await(answered)
       })
@@ -306,7 +336,7 @@ export const make = <A>(
     const sendNow = (
       grant: RequestNext,
       items: ReadonlyArray<{ readonly messageId: string; readonly payload: A }>
-    ): Answer | Effect.Effect<ReadonlyArray<Stored>, ProducerContractError | PayloadEncodeError> => {
+    ): Answer | Effect.Effect<ReadonlyArray<Stored>, ProduceError> => {
       const answered = produceNow(grant, items)
       if (!Either.isEither(answered)) return Effect.tap(Deferred.await(answered), () => ackAll(grant.token))
       if (Either.isRight(answered)) ackAll(grant.token)

@@ -1,21 +1,19 @@
 /**
- * The durable lane of a producer controller: durable operations run one at a time, handshake
- * operations (load, store, accept) before confirmations, and confirmations coalesce to the
- * highest watermark. Backend errors are retried under the queue retry policy; `QueueFenced` and
- * `QueueConflict` are terminal; an exhausted retry asks the controller to restart and reload.
+ * The durable lane of a point-to-point producer controller: durable operations run one at a
+ * time, handshake operations (load, store, accept) before confirmations, and confirmations
+ * coalesce to the highest watermark. Backend errors are retried under the queue retry policy;
+ * `QueueFenced` and `QueueConflict` are terminal; an exhausted retry asks the controller to
+ * restart and reload (see `internal/LaneRunner`).
  */
-import { Effect, Schedule } from "effect"
-import type { Duration, Fiber } from "effect"
+import { Effect } from "effect"
+import type { Fiber } from "effect"
 import type { ReliableDeliveryStage } from "../Protocol/Failure.js"
 import type { DurableProducerQueueService, QueueEpoch, StoreResult } from "../DurableQueue/DurableProducerQueue.js"
-import { isTerminal } from "../DurableQueue/QueueErrors.js"
 import type { DurableQueueError } from "../DurableQueue/QueueErrors.js"
+import * as LaneRunner from "./internal/LaneRunner.js"
 import type { ProducerAction, ProducerEvent } from "./ProducerMachine.js"
 
-export interface QueueRetryPolicy {
-  readonly attempts: number
-  readonly interval: Duration.Duration
-}
+export type QueueRetryPolicy = LaneRunner.QueueRetryPolicy
 
 export type LaneAction = Extract<ProducerAction, { readonly _tag: "Load" | "Store" | "Accept" | "PersistConfirm" }>
 
@@ -38,17 +36,8 @@ type StoreItem = Extract<ProducerAction, { readonly _tag: "Store" }>["items"][nu
 export const make = (options: DurableLaneOptions): DurableLane => {
   const { queue } = options
   let epoch: QueueEpoch = 0
-  const handshakeOps: Array<LaneAction> = []
   let confirmUpTo: number | undefined
-  let busy = false
-  let dead = false
-
-  const retrying = <A>(effect: Effect.Effect<A, DurableQueueError>) =>
-    Effect.retry(effect, {
-      schedule: Schedule.spaced(options.retry.interval),
-      times: options.retry.attempts - 1,
-      while: (error) => !isTerminal(error) && error._tag !== "QueueChunkedBatch"
-    })
+  const retrying = <A>(effect: Effect.Effect<A, DurableQueueError>) => LaneRunner.retrying(options.retry, effect)
 
   const storeOne = (item: StoreItem): Effect.Effect<StoreResult, DurableQueueError> =>
     item.chunks.length > 1
@@ -70,64 +59,48 @@ export const make = (options: DurableLaneOptions): DurableLane => {
     )
   }
 
-  const guarded = <A>(stage: ReliableDeliveryStage, effect: Effect.Effect<A, DurableQueueError>, onDone: (a: A) => void) =>
-    Effect.matchEffect(retrying(effect), {
-      onSuccess: (value) => Effect.sync(() => onDone(value)),
-      onFailure: (error) =>
-        Effect.sync(() => {
-          dead = true
-          // A failed load cannot be healed by restarting into another load: it is reported.
-          options.failed(stage, error, stage === "Load" || isTerminal(error))
-        })
-    })
-
-  const run = (action: LaneAction): Effect.Effect<void> => {
+  const run = (action: LaneAction, guard: LaneRunner.Guard): Effect.Effect<void> => {
     switch (action._tag) {
       case "Load":
-        return guarded("Load", queue.load, (loaded) => {
+        return guard("Load", queue.load, (loaded) => {
           epoch = loaded.epoch
           options.completed((now) => ({ _tag: "Loaded", state: loaded.state, now }))
         })
       case "Store":
-        return guarded("Store", storeAll(action.items), (results) =>
+        return guard("Store", storeAll(action.items), (results) =>
           options.completed((now) => ({ _tag: "StoreCompleted", token: action.token, results, now })))
       case "Accept":
-        return guarded(
+        return guard(
           "Accept",
           action.messageIds.length === 1 ? queue.accept(epoch, action.messageIds[0]) : queue.acceptBatch(epoch, action.messageIds),
           () => options.completed((now) => ({ _tag: "AcceptCompleted", token: action.token, now }))
         )
       case "PersistConfirm":
-        return guarded("Confirm", queue.confirm(epoch, action.upToStoreSeq), () => undefined)
+        return guard("Confirm", queue.confirm(epoch, action.upToStoreSeq), () => undefined)
     }
   }
 
-  const next = (): void => {
-    if (busy || dead) return
-    let action = handshakeOps.shift()
-    if (action === undefined && confirmUpTo !== undefined) {
-      action = { _tag: "PersistConfirm", upToStoreSeq: confirmUpTo }
+  const runner = LaneRunner.make<LaneAction>({
+    retry: options.retry,
+    runFork: options.runFork,
+    failed: options.failed,
+    run,
+    takeDeferred: () => {
+      if (confirmUpTo === undefined) return undefined
+      const action: LaneAction = { _tag: "PersistConfirm", upToStoreSeq: confirmUpTo }
       confirmUpTo = undefined
+      return action
     }
-    if (action === undefined) return
-    busy = true
-    options.runFork(Effect.ensuring(
-      run(action),
-      Effect.sync(() => {
-        busy = false
-        next()
-      })
-    ))
-  }
+  })
 
   return {
     submit: (action) => {
       if (action._tag === "PersistConfirm") {
         confirmUpTo = Math.max(confirmUpTo ?? 0, action.upToStoreSeq)
+        runner.kick()
       } else {
-        handshakeOps.push(action)
+        runner.enqueue(action)
       }
-      next()
     }
   }
 }

@@ -1,0 +1,91 @@
+/**
+ * The durable lane of a work-pulling controller: one operation at a time on the work queue,
+ * handshake operations (load, store, accept) before confirmations. Workers confirm out of order,
+ * so confirmations are per job; those that pile up while another operation runs go out together
+ * in one `confirmBatch`. Retries, terminal errors and restarts as in `internal/LaneRunner`.
+ */
+import { Effect } from "effect"
+import type { Fiber } from "effect"
+import type { ReliableDeliveryStage } from "../Protocol/Failure.js"
+import type { QueueEpoch } from "../DurableQueue/DurableProducerQueue.js"
+import type { DurableWorkQueueService } from "../DurableQueue/DurableWorkQueue.js"
+import * as LaneRunner from "./internal/LaneRunner.js"
+import type { WorkAction, WorkEvent } from "./WorkPullingMachine.js"
+
+export type LaneAction = Extract<WorkAction, { readonly _tag: "Load" | "Store" | "Accept" | "ConfirmJobs" }>
+
+export interface WorkLaneOptions {
+  readonly queue: DurableWorkQueueService
+  readonly retry: LaneRunner.QueueRetryPolicy
+  readonly runFork: <A, E>(effect: Effect.Effect<A, E>) => Fiber.RuntimeFiber<A, E>
+  /** A durable operation finished; the event goes through the controller's machine. */
+  readonly completed: (event: (now: number) => WorkEvent) => void
+  /** A durable operation failed for good: terminal, or to be healed by a controller restart. */
+  readonly failed: (stage: ReliableDeliveryStage, cause: unknown, terminal: boolean) => void
+}
+
+export interface WorkLane {
+  readonly submit: (action: LaneAction) => void
+}
+
+export const make = (options: WorkLaneOptions): WorkLane => {
+  const { queue } = options
+  let epoch: QueueEpoch = 0
+  let confirmations: Array<string> = []
+  // One transaction stays bounded however many confirmations piled up.
+  const maxBatch = 1000
+
+  const run = (action: LaneAction, guard: LaneRunner.Guard): Effect.Effect<void> => {
+    switch (action._tag) {
+      case "Load":
+        return guard("Load", queue.load, (loaded) => {
+          epoch = loaded.epoch
+          options.completed((now) => ({ _tag: "Loaded", state: loaded.state, now }))
+        })
+      case "Store":
+        return guard(
+          "Store",
+          action.items.length === 1
+            ? Effect.map(queue.store(epoch, action.items[0]), (result) => [result])
+            : queue.storeBatch(epoch, action.items),
+          (results) => options.completed((now) => ({ _tag: "StoreCompleted", token: action.token, results, now }))
+        )
+      case "Accept":
+        return guard(
+          "Accept",
+          action.messageIds.length === 1 ? queue.accept(epoch, action.messageIds[0]) : queue.acceptBatch(epoch, action.messageIds),
+          () => options.completed((now) => ({ _tag: "AcceptCompleted", token: action.token, now }))
+        )
+      case "ConfirmJobs":
+        return guard(
+          "Confirm",
+          action.messageIds.length === 1 ? queue.confirmMessage(epoch, action.messageIds[0]) : queue.confirmBatch(epoch, action.messageIds),
+          () => undefined
+        )
+    }
+  }
+
+  const runner = LaneRunner.make<LaneAction>({
+    retry: options.retry,
+    runFork: options.runFork,
+    failed: options.failed,
+    run,
+    takeDeferred: () => {
+      if (confirmations.length === 0) return undefined
+      const messageIds = confirmations.length <= maxBatch ? confirmations : confirmations.slice(0, maxBatch)
+      confirmations = confirmations.length <= maxBatch ? [] : confirmations.slice(maxBatch)
+      return { _tag: "ConfirmJobs", messageIds }
+    }
+  })
+
+  return {
+    submit: (action) => {
+      if (action._tag === "ConfirmJobs") {
+        for (const messageId of action.messageIds) confirmations.push(messageId)
+        runner.kick()
+      } else {
+        runner.enqueue(action)
+      }
+    }
+  }
+}

@@ -1,0 +1,638 @@
+/**
+ * The work-pulling controller as a pure state machine: the unchanged producer contract on one
+ * side (`ProducerHandshake`), and on the other one *binding* per worker endpoint, each a
+ * point-to-point sub-flow with its own session, sequence space, demand and unconfirmed list.
+ *
+ * Accepted jobs enter a pending pool; the pool head goes to the next binding with free demand in
+ * strict round-robin; a grant opens when the handshake is idle and the bindings' total free
+ * demand exceeds the pool. A binding that ends (its worker's endpoint is gone, a new incarnation
+ * replaced it, or it broke the protocol) puts its unconfirmed jobs back at the head of the pool
+ * with their original id, payload and store seq, for survivors to take under fresh seqs. A
+ * worker's violation ends only its binding; nothing a worker does stops the controller.
+ *
+ * Registration is fenced: an unbound sender is bound only after the shell verified (`Verify`)
+ * that the resolver names it as the live controller of a worker endpoint configured for this
+ * producer. Bound workers are re-verified on the timer (`Audit`): that is how the controller
+ * learns a worker's endpoint is gone (its scope closed, its node lost), since a dead worker
+ * says nothing.
+ *
+ * As in the point-to-point machine, `step` copies the state once into a draft that the rules
+ * update, and copies a binding only the first time a step changes it; its input is never mutated.
+ */
+import { sameAddress } from "../Protocol/Address.js"
+import type { ControllerAddress } from "../Protocol/Address.js"
+import { DeliveryConfirmed } from "../Protocol/Contract.js"
+import type { RequestNext, StoredAck } from "../Protocol/Contract.js"
+import type { ProtocolViolation } from "../Protocol/Errors.js"
+import type { ReliableDeliveryStage } from "../Protocol/Failure.js"
+import type { Ack, ConsumerToProducer, ProducerToConsumer, Request, SequencedMessage } from "../Protocol/WireMessage.js"
+import type { WorkQueueState, WorkStoreResult } from "../DurableQueue/DurableWorkQueue.js"
+import { confirmationViolation, demandViolation } from "./internal/DemandRules.js"
+import * as Handshake from "./internal/ProducerHandshake.js"
+import type { HandshakeAction, ProduceItem } from "./internal/ProducerHandshake.js"
+import { SeqLog } from "./internal/SeqLog.js"
+
+export interface WorkConfig {
+  readonly endpoint: string
+  readonly incarnation: string
+  /** This controller's session; each binding's session is derived from it. */
+  readonly sessionId: string
+  readonly deliveryConfirmation: boolean
+  readonly retryIntervalMs: number
+  /** How often bound workers are re-verified through the resolver. */
+  readonly auditIntervalMs: number
+  readonly durable: boolean
+}
+
+/** One accepted job: its producer-visible store seq, its id and its encoded payload. */
+export interface Job {
+  readonly storeSeq: number
+  readonly messageId: string
+  readonly payload: Uint8Array
+}
+
+/** A job sent to a worker under one of its binding's seqs. */
+export interface Dispatched {
+  readonly job: Job
+  readonly message: SequencedMessage
+}
+
+export interface WorkerBinding {
+  readonly address: ControllerAddress
+  /** The sub-flow's session: fresh per binding, so a rebound worker starts a new sequence space. */
+  readonly sessionId: string
+  readonly nonce: string
+  /** Highest seq the worker asked for. */
+  readonly demandUpTo: number
+  /** Highest seq the worker confirmed. */
+  readonly confirmedSeq: number
+  /** Sent, unconfirmed jobs: seqs confirmedSeq+1 .. confirmedSeq+length. */
+  readonly unconfirmed: SeqLog<Dispatched>
+  /** Jobs sent to this binding so far. */
+  readonly dispatched: number
+}
+
+export interface WorkState {
+  readonly config: WorkConfig
+  readonly phase: "Loading" | "Running" | "Stopped"
+  readonly handshake: Handshake.Handshake<Job>
+  readonly grantCount: number
+  readonly lastCompletedToken: string | undefined
+  /** Highest store seq assigned (volatile counter, or the durable queue's cursor). */
+  readonly lastStoreSeq: number
+  /** Accepted jobs no worker holds, head first. */
+  readonly pool: SeqLog<Job>
+  /** Bound workers in round-robin order (registration order). */
+  readonly bindings: ReadonlyArray<WorkerBinding>
+  /** The binding the next dispatch tries first. */
+  readonly cursor: number
+  /** Bindings ever made by this controller (numbers the binding sessions). */
+  readonly bindingCount: number
+  /** When the bound workers are next re-verified; undefined while there are none. */
+  readonly nextAuditAt: number | undefined
+}
+
+export type WorkEvent =
+  | { readonly _tag: "Wire"; readonly from: ControllerAddress; readonly message: ConsumerToProducer; readonly now: number }
+  | { readonly _tag: "Verified"; readonly address: ControllerAddress; readonly nonce: string; readonly ok: boolean; readonly now: number }
+  /** The resolver's answer about a bound worker: still its endpoint's live controller, or not. */
+  | { readonly _tag: "Audited"; readonly address: ControllerAddress; readonly live: boolean; readonly now: number }
+  | Handshake.HandshakeEvent
+  | { readonly _tag: "Tick"; readonly now: number }
+  | { readonly _tag: "Loaded"; readonly state: WorkQueueState; readonly now: number }
+  | { readonly _tag: "StoreCompleted"; readonly token: string; readonly results: ReadonlyArray<WorkStoreResult>; readonly now: number }
+  | { readonly _tag: "AcceptCompleted"; readonly token: string; readonly now: number }
+  | { readonly _tag: "Fail"; readonly stage: ReliableDeliveryStage; readonly cause: unknown }
+
+/** Why a binding ended. */
+export type EndReason = "Gone" | "Replaced" | "Violation"
+
+export type WorkAction =
+  | { readonly _tag: "Send"; readonly to: ControllerAddress; readonly message: ProducerToConsumer }
+  | { readonly _tag: "Resend"; readonly to: ControllerAddress; readonly message: ProducerToConsumer }
+  | HandshakeAction
+  | { readonly _tag: "Verify"; readonly address: ControllerAddress; readonly nonce: string }
+  | { readonly _tag: "Audit"; readonly workers: ReadonlyArray<ControllerAddress> }
+  | { readonly _tag: "Notify"; readonly confirmed: ReadonlyArray<DeliveryConfirmed> }
+  /** Jobs confirmed, for counting, when nobody asked for notifications. */
+  | { readonly _tag: "Confirmed"; readonly count: number }
+  | { readonly _tag: "Load" }
+  | { readonly _tag: "Store"; readonly token: string; readonly items: ReadonlyArray<ProduceItem> }
+  | { readonly _tag: "ConfirmJobs"; readonly messageIds: ReadonlyArray<string> }
+  | {
+    readonly _tag: "BindingEnded"
+    readonly worker: ControllerAddress
+    readonly reason: EndReason
+    readonly requeued: number
+    readonly cause: ProtocolViolation | undefined
+  }
+  | { readonly _tag: "Fail"; readonly stage: ReliableDeliveryStage; readonly cause: unknown }
+  | { readonly _tag: "Dropped"; readonly reason: DropReason }
+
+/**
+ * Why an input was ignored; the shell counts these. `UnverifiedSender` is a registration the
+ * resolver did not vouch for (spoofed, stale incarnation, not a worker of this producer).
+ */
+export type DropReason = "StaleSession" | "UnboundSender" | "UnverifiedSender" | "NotRunning"
+
+export interface Step {
+  readonly state: WorkState
+  readonly actions: ReadonlyArray<WorkAction>
+}
+
+type Out = Array<WorkAction>
+type Mutable<T> = { -readonly [K in keyof T]: T[K] }
+
+class BindingDraft implements Mutable<WorkerBinding> {
+  address: ControllerAddress
+  sessionId: string
+  nonce: string
+  demandUpTo: number
+  confirmedSeq: number
+  unconfirmed: SeqLog<Dispatched>
+  dispatched: number
+  constructor(from: WorkerBinding) {
+    this.address = from.address
+    this.sessionId = from.sessionId
+    this.nonce = from.nonce
+    this.demandUpTo = from.demandUpTo
+    this.confirmedSeq = from.confirmedSeq
+    this.unconfirmed = from.unconfirmed
+    this.dispatched = from.dispatched
+  }
+}
+
+/** One fixed-shape copy per step; bindings are copied only when a step changes them. */
+class StateDraft implements Mutable<WorkState> {
+  config: WorkConfig
+  phase: WorkState["phase"]
+  handshake: Handshake.Handshake<Job>
+  grantCount: number
+  lastCompletedToken: string | undefined
+  lastStoreSeq: number
+  pool: SeqLog<Job>
+  bindings: ReadonlyArray<WorkerBinding>
+  cursor: number
+  bindingCount: number
+  nextAuditAt: number | undefined
+  /** Bindings this step copied (so it may change them in place); cleared before the step returns. */
+  owned: Array<BindingDraft> | undefined
+  constructor(from: WorkState) {
+    this.config = from.config
+    this.phase = from.phase
+    this.handshake = from.handshake
+    this.grantCount = from.grantCount
+    this.lastCompletedToken = from.lastCompletedToken
+    this.lastStoreSeq = from.lastStoreSeq
+    this.pool = from.pool
+    this.bindings = from.bindings
+    this.cursor = from.cursor
+    this.bindingCount = from.bindingCount
+    this.nextAuditAt = from.nextAuditAt
+    this.owned = undefined
+  }
+}
+
+type Draft = StateDraft
+
+const jobView: Handshake.MessageView<Job> = { messageId: (job) => job.messageId, storeSeq: (job) => job.storeSeq }
+
+/** A fresh controller: volatile ones run at once; durable ones load first. */
+export const initial = (config: WorkConfig): Step => {
+  const state = new StateDraft({
+    config,
+    phase: config.durable ? "Loading" : "Running",
+    handshake: Handshake.idle,
+    grantCount: 0,
+    lastCompletedToken: undefined,
+    lastStoreSeq: 0,
+    pool: SeqLog.empty(),
+    bindings: [],
+    cursor: 0,
+    bindingCount: 0,
+    nextAuditAt: undefined
+  })
+  return { state, actions: config.durable ? [{ _tag: "Load" }] : [] }
+}
+
+export const step = (state: WorkState, event: WorkEvent): Step => {
+  if (state.phase === "Stopped") return { state, actions: [{ _tag: "Dropped", reason: "NotRunning" }] }
+  const s = new StateDraft(state)
+  const out: Out = []
+  switch (event._tag) {
+    case "Wire":
+      onWire(s, event.from, event.message, event.now, out)
+      break
+    case "Verified":
+      onVerified(s, event.address, event.nonce, event.ok, event.now, out)
+      break
+    case "Audited":
+      onAudited(s, event.address, event.live, event.now, out)
+      break
+    case "Produce":
+      onProduce(s, event.grant, event.items, event.now, out)
+      break
+    case "ProduceAcked":
+      onProduce(s, event.grant, event.items, event.now, out)
+      onAckAll(s, event.grant.token, event.now, out)
+      break
+    case "StoredAck":
+      onStoredAck(s, event.ack, event.now, out)
+      break
+    case "AckAll":
+      onAckAll(s, event.token, event.now, out)
+      break
+    case "Tick":
+      onTick(s, event.now, out)
+      break
+    case "Loaded":
+      onLoaded(s, event.state, event.now, out)
+      break
+    case "StoreCompleted":
+      onStoreCompleted(s, event.token, event.results, event.now, out)
+      break
+    case "AcceptCompleted":
+      onAcceptCompleted(s, event.token, event.now, out)
+      break
+    case "Fail":
+      fail(s, event.stage, event.cause, out)
+      break
+  }
+  s.owned = undefined
+  return { state: s, actions: out }
+}
+
+const fail = (s: Draft, stage: ReliableDeliveryStage, cause: unknown, out: Out): void => {
+  s.phase = "Stopped"
+  out.push({ _tag: "Fail", stage, cause })
+}
+
+const dropped = (reason: DropReason, out: Out): void => void out.push({ _tag: "Dropped", reason })
+
+// ---------------------------------------------------------------------------------------------
+// Bindings
+
+/** Jobs a binding may still receive. */
+export const freeDemand = (binding: WorkerBinding): number => binding.demandUpTo - binding.confirmedSeq - binding.unconfirmed.length
+
+/** What a grant may fill: the bindings' free demand beyond what the pool already holds. */
+export const openDemand = (state: WorkState): number => {
+  let free = 0
+  for (const binding of state.bindings) free += freeDemand(binding)
+  return free - state.pool.length
+}
+
+/** The binding of a worker endpoint (one per endpoint name), or -1. */
+const indexOf = (s: Draft, worker: ControllerAddress): number => {
+  const bindings = s.bindings
+  for (let index = 0; index < bindings.length; index++) {
+    if (bindings[index].address.endpoint === worker.endpoint) return index
+  }
+  return -1
+}
+
+/** The binding at `index`, copied the first time this step changes it. */
+const own = (s: Draft, index: number): BindingDraft => {
+  const binding = s.bindings[index]
+  const owned = s.owned
+  if (owned !== undefined) {
+    for (let i = 0; i < owned.length; i++) if (owned[i] === binding) return binding as BindingDraft
+  }
+  const copy = new BindingDraft(binding)
+  const bindings = owned === undefined ? s.bindings.slice() : (s.bindings as Array<WorkerBinding>)
+  bindings[index] = copy
+  s.bindings = bindings
+  ;(s.owned ??= []).push(copy)
+  return copy
+}
+
+const registrationAck = (binding: WorkerBinding, nonce: string): ProducerToConsumer => ({
+  _tag: "RegistrationAck",
+  sessionId: binding.sessionId,
+  nextSeq: binding.confirmedSeq + 1,
+  nonce
+})
+
+/** A fresh binding: a new session and sequence space, no demand until the worker asks. */
+const bind = (s: Draft, address: ControllerAddress, nonce: string, now: number, out: Out): void => {
+  s.bindingCount++
+  const binding: WorkerBinding = {
+    address,
+    sessionId: `${s.config.sessionId}:${s.bindingCount}`,
+    nonce,
+    demandUpTo: 0,
+    confirmedSeq: 0,
+    unconfirmed: SeqLog.empty(),
+    dispatched: 0
+  }
+  s.bindings = [...s.bindings, binding]
+  if (s.nextAuditAt === undefined) s.nextAuditAt = now + s.config.auditIntervalMs
+  out.push({ _tag: "Send", to: address, message: registrationAck(binding, nonce) })
+}
+
+/** The bound controller registered again: it keeps its session, progress and demand. */
+const rebind = (s: Draft, index: number, nonce: string, out: Out): void => {
+  const binding = own(s, index)
+  binding.nonce = nonce
+  out.push({ _tag: "Send", to: binding.address, message: registrationAck(binding, nonce) })
+}
+
+/**
+ * Ends a binding: its unconfirmed jobs go back to the head of the pool, in their order, with
+ * their original id, payload and store seq.
+ */
+const endBinding = (s: Draft, index: number, reason: EndReason, cause: ProtocolViolation | undefined, out: Out): void => {
+  const binding = s.bindings[index]
+  const requeued = binding.unconfirmed.length
+  if (requeued > 0) {
+    const jobs: Array<Job> = []
+    for (let i = 0; i < requeued; i++) jobs.push(binding.unconfirmed.at(i)!.job)
+    for (let i = 0; i < s.pool.length; i++) jobs.push(s.pool.at(i)!)
+    s.pool = SeqLog.from(jobs)
+  }
+  s.bindings = [...s.bindings.slice(0, index), ...s.bindings.slice(index + 1)]
+  if (s.owned !== undefined) s.owned = s.owned.filter((owned) => owned !== binding)
+  if (index < s.cursor) s.cursor--
+  if (s.cursor >= s.bindings.length) s.cursor = 0
+  if (s.bindings.length === 0) s.nextAuditAt = undefined
+  out.push({ _tag: "BindingEnded", worker: binding.address, reason, requeued, cause })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Worker input
+
+const onWire = (s: Draft, from: ControllerAddress, message: ConsumerToProducer, now: number, out: Out): void => {
+  if (s.phase !== "Running") return dropped("NotRunning", out)
+  switch (message._tag) {
+    case "RegisterConsumer":
+      return onRegister(s, from, message.nonce, out)
+    case "Request":
+      return onRequest(s, from, message, now, out)
+    case "Ack":
+      return onAck(s, from, message, now, out)
+  }
+}
+
+/** Registration grants no demand. The bound controller re-registering needs no new verification. */
+const onRegister = (s: Draft, from: ControllerAddress, nonce: string, out: Out): void => {
+  const index = indexOf(s, from)
+  if (index >= 0 && sameAddress(s.bindings[index].address, from)) return rebind(s, index, nonce, out)
+  out.push({ _tag: "Verify", address: from, nonce })
+}
+
+/**
+ * The resolver vouched for a registering controller (or not). A new incarnation of a bound
+ * worker endpoint replaces the old binding; anything unverified is dropped without an answer.
+ */
+const onVerified = (s: Draft, address: ControllerAddress, nonce: string, ok: boolean, now: number, out: Out): void => {
+  if (s.phase !== "Running") return dropped("NotRunning", out)
+  if (!ok) return dropped("UnverifiedSender", out)
+  const index = indexOf(s, address)
+  if (index >= 0 && sameAddress(s.bindings[index].address, address)) return rebind(s, index, nonce, out)
+  if (index >= 0) endBinding(s, index, "Replaced", undefined, out)
+  bind(s, address, nonce, now, out)
+  dispatchPool(s, out)
+}
+
+/** A bound worker the resolver no longer knows as live: its binding ends. */
+const onAudited = (s: Draft, address: ControllerAddress, live: boolean, now: number, out: Out): void => {
+  if (live || s.phase !== "Running") return
+  const index = indexOf(s, address)
+  if (index < 0 || !sameAddress(s.bindings[index].address, address)) return
+  endBinding(s, index, "Gone", undefined, out)
+  dispatchPool(s, out)
+  offerGrantIfDue(s, now, out)
+}
+
+/** The binding a Request or Ack may act on: the current registration of the current sub-flow. */
+const boundIndex = (s: Draft, from: ControllerAddress, sessionId: string, nonce: string, out: Out): number => {
+  const index = indexOf(s, from)
+  if (index < 0 || !sameAddress(s.bindings[index].address, from)) {
+    dropped("UnboundSender", out)
+    return -1
+  }
+  const binding = s.bindings[index]
+  if (binding.sessionId !== sessionId) {
+    dropped("StaleSession", out)
+    return -1
+  }
+  if (binding.nonce !== nonce) {
+    dropped("UnboundSender", out)
+    return -1
+  }
+  return index
+}
+
+const lastSeqOf = (binding: WorkerBinding): number => binding.confirmedSeq + binding.unconfirmed.length
+
+/** A worker broke the protocol: only its binding ends, and its jobs go to the others. */
+const violated = (s: Draft, index: number, violation: ProtocolViolation, now: number, out: Out): void => {
+  endBinding(s, index, "Violation", violation, out)
+  dispatchPool(s, out)
+  offerGrantIfDue(s, now, out)
+}
+
+const onRequest = (s: Draft, from: ControllerAddress, request: Request, now: number, out: Out): void => {
+  const index = boundIndex(s, from, request.sessionId, request.nonce, out)
+  if (index < 0) return
+  const worker = `worker ${from.endpoint}`
+  const violation = confirmationViolation(worker, request.confirmedSeq, lastSeqOf(s.bindings[index])) ??
+    demandViolation(worker, request)
+  if (violation !== undefined) return violated(s, index, violation, now, out)
+  const binding = own(s, index)
+  confirm(s, binding, request.confirmedSeq, out)
+  if (request.requestUpToSeq > binding.demandUpTo) binding.demandUpTo = request.requestUpToSeq
+  if (request.viaTimeout) resend(binding, out)
+  dispatchPool(s, out)
+  offerGrantIfDue(s, now, out)
+}
+
+/** An Ack confirms without new demand, so nothing can be dispatched or granted because of it. */
+const onAck = (s: Draft, from: ControllerAddress, ack: Ack, now: number, out: Out): void => {
+  const index = boundIndex(s, from, ack.sessionId, ack.nonce, out)
+  if (index < 0) return
+  const violation = confirmationViolation(`worker ${from.endpoint}`, ack.confirmedSeq, lastSeqOf(s.bindings[index]))
+  if (violation !== undefined) return violated(s, index, violation, now, out)
+  if (ack.confirmedSeq > s.bindings[index].confirmedSeq) confirm(s, own(s, index), ack.confirmedSeq, out)
+}
+
+/** Drops a binding's confirmed prefix; reports each job (with its store seq) and persists it. */
+const confirm = (s: Draft, binding: BindingDraft, upTo: number, out: Out): void => {
+  const count = upTo - binding.confirmedSeq
+  if (count <= 0) return
+  if (s.config.deliveryConfirmation) {
+    const confirmed: Array<DeliveryConfirmed> = []
+    for (let i = 0; i < count; i++) {
+      const job = binding.unconfirmed.at(i)!.job
+      confirmed.push(new DeliveryConfirmed({ endpoint: s.config.endpoint, messageId: job.messageId, seq: job.storeSeq }))
+    }
+    out.push({ _tag: "Notify", confirmed })
+  } else {
+    out.push({ _tag: "Confirmed", count })
+  }
+  if (s.config.durable) {
+    const messageIds: Array<string> = []
+    for (let i = 0; i < count; i++) messageIds.push(binding.unconfirmed.at(i)!.job.messageId)
+    out.push({ _tag: "ConfirmJobs", messageIds })
+  }
+  binding.confirmedSeq = upTo
+  binding.unconfirmed = binding.unconfirmed.dropFront(count)
+}
+
+/** A timeout request: everything the worker holds unconfirmed goes out again. */
+const resend = (binding: WorkerBinding, out: Out): void => {
+  for (let i = 0; i < binding.unconfirmed.length; i++) {
+    out.push({ _tag: "Resend", to: binding.address, message: binding.unconfirmed.at(i)!.message })
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dispatch
+
+/** The first binding with free demand at or after the cursor, or -1. */
+const nextWithDemand = (s: Draft): number => {
+  const count = s.bindings.length
+  for (let k = 0; k < count; k++) {
+    const index = (s.cursor + k) % count
+    if (freeDemand(s.bindings[index]) > 0) return index
+  }
+  return -1
+}
+
+/** Hands pool jobs, head first, to bindings with free demand in strict round-robin. */
+const dispatchPool = (s: Draft, out: Out): void => {
+  const pool = s.pool
+  let taken = 0
+  while (taken < pool.length) {
+    const index = nextWithDemand(s)
+    if (index < 0) break
+    send(own(s, index), pool.at(taken)!, out)
+    taken++
+    s.cursor = (index + 1) % s.bindings.length
+  }
+  if (taken > 0) s.pool = pool.dropFront(taken)
+}
+
+const send = (binding: BindingDraft, job: Job, out: Out): void => {
+  const message: SequencedMessage = {
+    _tag: "SequencedMessage",
+    sessionId: binding.sessionId,
+    messageId: job.messageId,
+    seq: lastSeqOf(binding) + 1,
+    payload: job.payload
+  }
+  binding.unconfirmed = binding.unconfirmed.append({ job, message })
+  binding.dispatched++
+  out.push({ _tag: "Send", to: binding.address, message })
+}
+
+/** A grant opens only when the handshake is idle and the workers' free demand exceeds the pool. */
+const offerGrantIfDue = (s: Draft, now: number, out: Out): void => {
+  if (s.phase !== "Running" || s.handshake._tag !== "Idle" || openDemand(s) <= 0) return
+  Handshake.offerGrant(s, now, out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Producer-side input (the endpoint contract)
+
+/** Checks a `Produced` before its payload is encoded. Returns an error, or undefined when valid. */
+export const checkProduced = (state: WorkState, grant: RequestNext, messageId: string, payload: unknown) =>
+  Handshake.checkProduced(state.config, grant, messageId, payload)
+
+/** The answer of an already-answered token for the same single message (see `ProducerHandshake`). */
+export const answeredBefore = (state: WorkState, grant: RequestNext, messageId: string) =>
+  Handshake.answeredBefore(state.handshake, grant, messageId)
+
+const onProduce = (s: Draft, grant: RequestNext, items: ReadonlyArray<ProduceItem>, now: number, out: Out): void => {
+  if (!Handshake.admitProduce(s, grant, items, out)) return
+  if (s.config.durable) {
+    Handshake.startStoring(s, grant, items)
+    out.push({ _tag: "Store", token: grant.token, items })
+    return
+  }
+  const jobs = items.map((item): Job => ({ storeSeq: ++s.lastStoreSeq, messageId: item.messageId, payload: item.payload }))
+  Handshake.stored(s, jobView, grant, jobs, undefined, undefined, now, out)
+}
+
+/**
+ * The durable queue's authoritative answer. A resubmission keeps the first write's seq and
+ * payload; one already accepted (so held here, or confirmed) is not dispatched twice, and neither
+ * is a second copy of an id within one batch.
+ */
+const onStoreCompleted = (s: Draft, token: string, results: ReadonlyArray<WorkStoreResult>, now: number, out: Out): void => {
+  const grant = Handshake.storingGrant(s, token)
+  if (grant === undefined) return
+  const jobs: Array<Job> = []
+  const known: Array<boolean> = []
+  for (let index = 0; index < results.length; index++) {
+    const { entry, alreadyStored, accepted, confirmed } = results[index]
+    if (entry.seq > s.lastStoreSeq) s.lastStoreSeq = entry.seq
+    jobs.push({ storeSeq: entry.seq, messageId: entry.messageId, payload: entry.payload })
+    known.push(alreadyStored && (accepted || confirmed || jobs.some((job, other) => other < index && job.messageId === entry.messageId)))
+  }
+  Handshake.stored(s, jobView, grant, jobs, results.map((result) => result.alreadyStored), known, now, out)
+}
+
+const onStoredAck = (s: Draft, ack: StoredAck, now: number, out: Out): void => {
+  const handshake = Handshake.admitStoredAck(s, ack, out)
+  if (handshake !== undefined) acknowledge(s, handshake, now, out)
+}
+
+const onAckAll = (s: Draft, token: string, now: number, out: Out): void => {
+  const handshake = Handshake.admitAckAll(s, token)
+  if (handshake !== undefined) acknowledge(s, handshake, now, out)
+}
+
+const acknowledge = (s: Draft, handshake: Handshake.StoredHandshake<Job>, now: number, out: Out): void => {
+  const settled = Handshake.acknowledge(s, handshake, out)
+  if (settled !== undefined) completeHandshake(s, settled, now, out)
+}
+
+const onAcceptCompleted = (s: Draft, token: string, now: number, out: Out): void => {
+  const settled = Handshake.acceptCompleted(s, token)
+  if (settled !== undefined) completeHandshake(s, settled, now, out)
+}
+
+/** Ends the handshake: new jobs join the pool's tail and go out at once where there is demand. */
+const completeHandshake = (s: Draft, settled: Handshake.Settled<Job>, now: number, out: Out): void => {
+  Handshake.complete(s, settled)
+  let pool = s.pool
+  for (let index = 0; index < settled.messages.length; index++) {
+    if (settled.known[index] !== true) pool = pool.append(settled.messages[index])
+  }
+  s.pool = pool
+  dispatchPool(s, out)
+  offerGrantIfDue(s, now, out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Timer and durable lifecycle
+
+/** When the timer must next run: the handshake's retry deadline or the next audit. */
+export const nextDeadline = (state: WorkState): number | undefined => {
+  const retry = Handshake.nextDeadline(state.handshake, state.config.retryIntervalMs)
+  const audit = state.nextAuditAt
+  if (retry === undefined) return audit
+  return audit === undefined ? retry : Math.min(retry, audit)
+}
+
+/** The timer: re-offer an unanswered grant; ask the resolver whether bound workers still live. */
+const onTick = (s: Draft, now: number, out: Out): void => {
+  Handshake.retry(s, now, out)
+  if (s.nextAuditAt !== undefined && now >= s.nextAuditAt && s.bindings.length > 0) {
+    out.push({ _tag: "Audit", workers: s.bindings.map((binding) => binding.address) })
+    s.nextAuditAt = now + s.config.auditIntervalMs
+  }
+}
+
+/**
+ * A durable controller starts from what the queue holds: accepted, unconfirmed jobs become the
+ * pool in store order, and the append cursor continues from the queue's.
+ */
+const onLoaded = (s: Draft, loaded: WorkQueueState, now: number, out: Out): void => {
+  if (s.phase !== "Loading") return
+  s.phase = "Running"
+  s.lastStoreSeq = loaded.currentSeq
+  s.pool = SeqLog.from(loaded.pending.map((entry): Job => ({ storeSeq: entry.seq, messageId: entry.messageId, payload: entry.payload })))
+  offerGrantIfDue(s, now, out)
+}

@@ -1,0 +1,47 @@
+/**
+ * A controller's timer: it ticks the machine, then sleeps until the machine's next deadline, so a
+ * re-offer happens exactly one interval after the offer. With no deadline it waits to be woken
+ * (by `wake`, when the machine sets one) instead of polling. The sleep is a `Schedule`, so
+ * `TestClock` drives it in tests.
+ */
+import { Duration, Effect, Schedule } from "effect"
+import type { Scope } from "effect"
+import { Signal } from "../../internal/Signal.js"
+
+export interface DeadlineTimer {
+  /** The machine may have a deadline now: wake the timer if it waits for one (cheap otherwise). */
+  readonly wake: () => void
+  /** Runs the timer for the life of the scope. */
+  readonly run: (options: {
+    readonly tick: () => void
+    readonly deadline: () => number | undefined
+    readonly now: () => number
+  }) => Effect.Effect<void, never, Scope.Scope>
+}
+
+export const make = (): DeadlineTimer => {
+  const signal = new Signal()
+  let idle = false
+  return {
+    wake: () => {
+      if (idle) signal.fire()
+    },
+    run: ({ deadline, now, tick }) => {
+      const tickThenDelay: Effect.Effect<number> = Effect.suspend(() => {
+        tick()
+        const next = deadline()
+        if (next !== undefined) return Effect.succeed(Math.max(1, next - now()))
+        idle = true
+        return Effect.map(signal.next(), () => {
+          idle = false
+          const woken = deadline()
+          return woken === undefined ? 0 : Math.max(1, woken - now())
+        })
+      })
+      return Effect.asVoid(Effect.forkScoped(Effect.repeat(
+        tickThenDelay,
+        Schedule.identity<number>().pipe(Schedule.addDelay((delayMs) => Duration.millis(delayMs)))
+      )))
+    }
+  }
+}

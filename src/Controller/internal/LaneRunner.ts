@@ -1,0 +1,85 @@
+/**
+ * The one-at-a-time runner under every durable lane (producer queue and work queue): handshake
+ * operations (load, store, accept) run in submission order and before the lane's deferred work
+ * (coalesced confirmations); every queue call is retried under the queue retry policy;
+ * `QueueFenced` and `QueueConflict` are terminal; exhausted retries ask the controller to
+ * restart and reload, except a failed load, which is reported (restarting into another load
+ * cannot heal it). After a failure the lane runs nothing more.
+ */
+import { Effect, Schedule } from "effect"
+import type { Duration, Fiber } from "effect"
+import type { ReliableDeliveryStage } from "../../Protocol/Failure.js"
+import { isTerminal } from "../../DurableQueue/QueueErrors.js"
+import type { DurableQueueError } from "../../DurableQueue/QueueErrors.js"
+
+export interface QueueRetryPolicy {
+  readonly attempts: number
+  readonly interval: Duration.Duration
+}
+
+/** Runs one queue call under the retry policy; `onDone` gets its result. */
+export type Guard = <A>(stage: ReliableDeliveryStage, effect: Effect.Effect<A, DurableQueueError>, onDone: (value: A) => void) => Effect.Effect<void>
+
+export interface RunnerOptions<Op> {
+  readonly retry: QueueRetryPolicy
+  readonly runFork: <A, E>(effect: Effect.Effect<A, E>) => Fiber.RuntimeFiber<A, E>
+  /** A durable operation failed for good: terminal, or to be healed by a controller restart. */
+  readonly failed: (stage: ReliableDeliveryStage, cause: unknown, terminal: boolean) => void
+  /** Performs one operation; every queue call in it goes through `guard`. */
+  readonly run: (op: Op, guard: Guard) => Effect.Effect<void>
+  /** Takes the lane's deferred work when no handshake operation waits (undefined: none). */
+  readonly takeDeferred: () => Op | undefined
+}
+
+export interface Runner<Op> {
+  /** Queues a handshake operation. */
+  readonly enqueue: (op: Op) => void
+  /** Deferred work was added: run it if the lane is free. */
+  readonly kick: () => void
+}
+
+/** Retries backend errors under the policy; terminal errors and chunked-batch answers pass at once. */
+export const retrying = <A>(retry: QueueRetryPolicy, effect: Effect.Effect<A, DurableQueueError>) =>
+  Effect.retry(effect, {
+    schedule: Schedule.spaced(retry.interval),
+    times: retry.attempts - 1,
+    while: (error) => !isTerminal(error) && error._tag !== "QueueChunkedBatch"
+  })
+
+export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
+  const ops: Array<Op> = []
+  let busy = false
+  let dead = false
+
+  const guard: Guard = (stage, effect, onDone) =>
+    Effect.matchEffect(retrying(options.retry, effect), {
+      onSuccess: (value) => Effect.sync(() => onDone(value)),
+      onFailure: (error) =>
+        Effect.sync(() => {
+          dead = true
+          options.failed(stage, error, stage === "Load" || isTerminal(error))
+        })
+    })
+
+  const next = (): void => {
+    if (busy || dead) return
+    const op = ops.length > 0 ? ops.shift() : options.takeDeferred()
+    if (op === undefined) return
+    busy = true
+    options.runFork(Effect.ensuring(
+      options.run(op, guard),
+      Effect.sync(() => {
+        busy = false
+        next()
+      })
+    ))
+  }
+
+  return {
+    enqueue: (op) => {
+      ops.push(op)
+      next()
+    },
+    kick: next
+  }
+}

@@ -1,0 +1,309 @@
+/**
+ * The producer-side endpoint contract as pure rule functions, shared by every producer-side
+ * machine (point-to-point and work-pulling): grants (`RequestNext`), `Produced` checks, `Stored`
+ * answers, `StoredAck`/`AckAll`, the durable Storing/Accepting states and the retry deadline.
+ *
+ * The rules work on the handshake fields of a machine's draft (`HandshakeDraft`) and push the
+ * contract actions into the machine's action list; what a message *is* (`M`), how it is stored and
+ * what happens once it is emitted stays with the machine. One grant is answered by one message on
+ * the contract path; the everyday `sendAll` path answers one grant with a batch (stored and
+ * accepted together, exactly as one by one would).
+ */
+import { Either } from "effect"
+import { isReservedMessageId } from "../../Protocol/ChunkId.js"
+import { RequestNext, Stored } from "../../Protocol/Contract.js"
+import type { StoredAck } from "../../Protocol/Contract.js"
+import { ProducerContractError } from "../../Protocol/Errors.js"
+
+/** Where the one-at-a-time producer handshake stands; `M` is the machine's stored-message form. */
+export type Handshake<M = unknown> =
+  | { readonly _tag: "Idle" }
+  | { readonly _tag: "Granted"; readonly grant: RequestNext; readonly offeredAt: number }
+  | { readonly _tag: "Storing"; readonly grant: RequestNext; readonly messageIds: ReadonlyArray<string> }
+  | StoredHandshake<M>
+  | AcceptingHandshake<M>
+
+export interface StoredHandshake<M> {
+  readonly _tag: "Stored"
+  readonly grant: RequestNext
+  readonly stored: ReadonlyArray<Stored>
+  readonly messages: ReadonlyArray<M>
+  /** Per message: a resubmission of something already held or accepted, so emit nothing. */
+  readonly known: ReadonlyArray<boolean>
+  readonly offeredAt: number
+}
+
+export interface AcceptingHandshake<M> {
+  readonly _tag: "Accepting"
+  readonly grant: RequestNext
+  readonly stored: ReadonlyArray<Stored>
+  readonly messages: ReadonlyArray<M>
+  readonly known: ReadonlyArray<boolean>
+}
+
+/** The handshake's settled messages: what the machine emits once the handshake completes. */
+export type Settled<M> = StoredHandshake<M> | AcceptingHandshake<M>
+
+export interface HandshakeConfig {
+  readonly endpoint: string
+  readonly incarnation: string
+  readonly retryIntervalMs: number
+  readonly durable: boolean
+}
+
+/** The handshake fields of a producer-side machine's draft state. */
+export interface HandshakeDraft<M> {
+  readonly config: HandshakeConfig
+  handshake: Handshake<M>
+  grantCount: number
+  /** The token whose handshake completed last; a repeated StoredAck for it is a no-op. */
+  lastCompletedToken: string | undefined
+}
+
+/** One message handed to the controller: its id and encoded payload. */
+export interface ProduceItem {
+  readonly messageId: string
+  readonly payload: Uint8Array
+}
+
+/** The contract events every producer-side machine takes, in the same shape. */
+export type HandshakeEvent =
+  | { readonly _tag: "Produce"; readonly grant: RequestNext; readonly items: ReadonlyArray<ProduceItem>; readonly now: number }
+  /** The everyday volatile path: produce and acknowledge in one fold. */
+  | { readonly _tag: "ProduceAcked"; readonly grant: RequestNext; readonly items: ReadonlyArray<ProduceItem>; readonly now: number }
+  | { readonly _tag: "StoredAck"; readonly ack: StoredAck; readonly now: number }
+  /** The everyday path acknowledges every message stored under its grant at once. */
+  | { readonly _tag: "AckAll"; readonly token: string; readonly now: number }
+
+export type OfferAction = { readonly _tag: "Offer"; readonly grant: RequestNext }
+export type AnswerAction = {
+  readonly _tag: "Answer"
+  readonly token: string
+  readonly result: Either.Either<ReadonlyArray<Stored>, ProducerContractError>
+}
+export type AckRejectedAction = { readonly _tag: "AckRejected"; readonly token: string; readonly error: ProducerContractError }
+export type AcceptAction = { readonly _tag: "Accept"; readonly token: string; readonly messageIds: ReadonlyArray<string> }
+
+/** The contract actions the rules below emit. */
+export type HandshakeAction = OfferAction | AnswerAction | AckRejectedAction | AcceptAction
+
+/** Where the rules push their actions: any machine's action list whose union includes them. */
+export interface Sink {
+  push(...actions: Array<HandshakeAction>): number
+}
+
+export const idle: Handshake<never> = { _tag: "Idle" }
+
+// ---------------------------------------------------------------------------------------------
+// Grants
+
+/** Opens a grant; the machine has checked that it is running, idle and has demand to spend. */
+export const offerGrant = <M>(s: HandshakeDraft<M>, now: number, out: Sink): void => {
+  s.grantCount++
+  const grant = new RequestNext({
+    endpoint: s.config.endpoint,
+    controller: s.config.incarnation,
+    token: `${s.config.incarnation}:${s.grantCount}`
+  })
+  s.handshake = { _tag: "Granted", grant, offeredAt: now }
+  out.push({ _tag: "Offer", grant })
+}
+
+/** When the retry timer must next look at the handshake; undefined when nothing waits on it. */
+export const nextDeadline = (handshake: Handshake<unknown>, retryIntervalMs: number): number | undefined =>
+  handshake._tag === "Granted" || handshake._tag === "Stored" ? handshake.offeredAt + retryIntervalMs : undefined
+
+/** The retry rule: an unanswered grant, or the grant of an unacknowledged Stored, is offered again. */
+export const retry = <M>(s: HandshakeDraft<M>, now: number, out: Sink): void => {
+  const handshake = s.handshake
+  if ((handshake._tag === "Granted" || handshake._tag === "Stored") && now - handshake.offeredAt >= s.config.retryIntervalMs) {
+    s.handshake = { ...handshake, offeredAt: now }
+    out.push({ _tag: "Offer", grant: handshake.grant })
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Produced
+
+const contractError = (reason: ProducerContractError["reason"], message: string) =>
+  new ProducerContractError({ reason, message })
+
+/** A grant (or acknowledgement) must name this endpoint and this controller incarnation. */
+export const checkGrant = (
+  config: HandshakeConfig,
+  endpoint: string,
+  controller: string,
+  what: string
+): ProducerContractError | undefined => {
+  if (endpoint !== config.endpoint) {
+    return contractError("ForeignGrant", `${what} answers a grant of endpoint "${endpoint}", not "${config.endpoint}"`)
+  }
+  if (controller !== config.incarnation) {
+    return contractError("StaleGrant", `${what} answers a grant of an earlier controller of "${endpoint}"; take a new grant`)
+  }
+  return undefined
+}
+
+/** Checks a `Produced` before its payload is encoded. Returns an error, or undefined when valid. */
+export const checkProduced = (
+  config: HandshakeConfig,
+  grant: RequestNext,
+  messageId: string,
+  payload: unknown
+): ProducerContractError | undefined => {
+  if (typeof messageId !== "string" || messageId.trim().length === 0) {
+    return contractError("BlankMessageId", "Produced.messageId must be a non-blank string")
+  }
+  if (isReservedMessageId(messageId)) {
+    return contractError("ReservedMessageId", `Produced.messageId must not start with the reserved prefix: ${messageId}`)
+  }
+  if (payload === undefined) return contractError("MissingPayload", `Produced ${messageId} carries no payload`)
+  return checkGrant(config, grant.endpoint, grant.controller, "Produced")
+}
+
+const tokenAnswered = (grant: RequestNext, messageIds: string) =>
+  contractError(
+    "TokenAlreadyAnswered",
+    `grant ${grant.token} was already answered with ${messageIds}; a retried grant must receive the same Produced`
+  )
+
+/**
+ * The answer of an already-answered token when the same single message is produced again (a
+ * retried grant must receive the same `Produced`); undefined when the token is not answered yet.
+ */
+export const answeredBefore = (
+  handshake: Handshake<unknown>,
+  grant: RequestNext,
+  messageId: string
+): Either.Either<Stored, ProducerContractError> | undefined => {
+  if (handshake._tag === "Idle" || handshake._tag === "Granted" || handshake.grant.token !== grant.token) return undefined
+  const ids = handshake._tag === "Storing" ? handshake.messageIds : handshake.stored.map((stored) => stored.messageId)
+  if (ids.length !== 1 || ids[0] !== messageId) return Either.left(tokenAnswered(grant, ids.join(", ")))
+  return handshake._tag === "Storing" ? undefined : Either.right(handshake.stored[0])
+}
+
+export const answer = (token: string, result: Either.Either<ReadonlyArray<Stored>, ProducerContractError>, out: Sink): void =>
+  void out.push({ _tag: "Answer", token, result })
+
+/**
+ * Admits a `Produce`: true when it answers the outstanding grant, so the machine stores its
+ * items. Otherwise the caller is answered here (a retried single message gets its earlier
+ * `Stored`; a retry while that message is being stored waits for the same answer).
+ */
+export const admitProduce = <M>(s: HandshakeDraft<M>, grant: RequestNext, items: ReadonlyArray<ProduceItem>, out: Sink): boolean => {
+  const invalid = checkGrant(s.config, grant.endpoint, grant.controller, "Produced")
+  if (invalid !== undefined) {
+    answer(grant.token, Either.left(invalid), out)
+    return false
+  }
+  const handshake = s.handshake
+  if (handshake._tag === "Granted" && handshake.grant.token === grant.token) return true
+  if (items.length === 1) {
+    const previous = answeredBefore(handshake, grant, items[0].messageId)
+    if (previous !== undefined) {
+      answer(grant.token, Either.map(previous, (stored) => [stored]), out)
+      return false
+    }
+    if (handshake._tag === "Storing" && handshake.grant.token === grant.token) return false
+  }
+  answer(grant.token, Either.left(contractError("StaleGrant", `grant ${grant.token} is not outstanding`)), out)
+  return false
+}
+
+/** A durable machine stores the admitted items before it answers. */
+export const startStoring = <M>(s: HandshakeDraft<M>, grant: RequestNext, items: ReadonlyArray<ProduceItem>): void => {
+  s.handshake = { _tag: "Storing", grant, messageIds: items.map((item) => item.messageId) }
+}
+
+/** The grant of the store in progress, when `token` names it (a late completion names none). */
+export const storingGrant = <M>(s: HandshakeDraft<M>, token: string): RequestNext | undefined => {
+  const handshake = s.handshake
+  return handshake._tag === "Storing" && handshake.grant.token === token ? handshake.grant : undefined
+}
+
+/** How a machine tells the store seq and id of one of its messages. */
+export interface MessageView<M> {
+  readonly messageId: (message: M) => string
+  /** The producer-visible store seq `Stored` reports. */
+  readonly storeSeq: (message: M) => number
+}
+
+/** The messages are stored: answer `Stored` for each and wait for the acknowledgement. */
+export const stored = <M>(
+  s: HandshakeDraft<M>,
+  view: MessageView<M>,
+  grant: RequestNext,
+  messages: ReadonlyArray<M>,
+  alreadyStored: ReadonlyArray<boolean> | undefined,
+  known: ReadonlyArray<boolean> | undefined,
+  now: number,
+  out: Sink
+): void => {
+  const answers = messages.map((message, index) =>
+    new Stored({
+      endpoint: s.config.endpoint,
+      controller: s.config.incarnation,
+      token: grant.token,
+      messageId: view.messageId(message),
+      seq: view.storeSeq(message),
+      alreadyStored: alreadyStored?.[index] ?? false
+    })
+  )
+  s.handshake = { _tag: "Stored", grant, stored: answers, messages, known: known ?? [], offeredAt: now }
+  answer(grant.token, Either.right(answers), out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// StoredAck
+
+const ackRejected = (token: string, message: string, out: Sink): void =>
+  void out.push({ _tag: "AckRejected", token, error: contractError("UnknownStored", message) })
+
+/**
+ * Admits a `StoredAck`: the Stored handshake it acknowledges, or undefined when there is nothing
+ * to do (a repeat is ignored; one that matches no Stored is rejected here).
+ */
+export const admitStoredAck = <M>(s: HandshakeDraft<M>, ack: StoredAck, out: Sink): StoredHandshake<M> | undefined => {
+  const invalid = checkGrant(s.config, ack.endpoint, ack.controller, "StoredAck")
+  if (invalid !== undefined) return void out.push({ _tag: "AckRejected", token: ack.token, error: invalid })
+  const handshake = s.handshake
+  if (handshake._tag === "Accepting" && handshake.grant.token === ack.token) return undefined
+  if (handshake._tag !== "Stored" || handshake.grant.token !== ack.token) {
+    if (ack.token === s.lastCompletedToken) return undefined
+    return void ackRejected(ack.token, `StoredAck for ${ack.messageId} (token ${ack.token}) matches no Stored awaiting acknowledgement`, out)
+  }
+  const answers = handshake.stored
+  if (answers.length !== 1 || answers[0].seq !== ack.seq || answers[0].messageId !== ack.messageId) {
+    return void ackRejected(ack.token, `StoredAck for ${ack.messageId}/${ack.seq} does not match the Stored of grant ${ack.token}`, out)
+  }
+  return handshake
+}
+
+/** `AckAll`: the Stored handshake of `token`, if that is the one awaiting acknowledgement. */
+export const admitAckAll = <M>(s: HandshakeDraft<M>, token: string): StoredHandshake<M> | undefined => {
+  const handshake = s.handshake
+  return handshake._tag === "Stored" && handshake.grant.token === token ? handshake : undefined
+}
+
+/**
+ * Acknowledged: a durable machine accepts first (returns undefined; `acceptCompleted` settles
+ * later), a volatile one is settled at once.
+ */
+export const acknowledge = <M>(s: HandshakeDraft<M>, handshake: StoredHandshake<M>, out: Sink): Settled<M> | undefined => {
+  if (!s.config.durable) return handshake
+  s.handshake = { _tag: "Accepting", grant: handshake.grant, stored: handshake.stored, messages: handshake.messages, known: handshake.known }
+  out.push({ _tag: "Accept", token: handshake.grant.token, messageIds: handshake.stored.map((answer) => answer.messageId) })
+  return undefined
+}
+
+/** The durable accept of `token` finished: the settled handshake, or undefined for a late one. */
+export const acceptCompleted = <M>(s: HandshakeDraft<M>, token: string): Settled<M> | undefined => {
+  const handshake = s.handshake
+  return handshake._tag === "Accepting" && handshake.grant.token === token ? handshake : undefined
+}
+
+/** Ends the handshake; the machine then emits the settled messages not `known` and offers again. */
+export const complete = <M>(s: HandshakeDraft<M>, settled: Settled<M>): void => {
+  s.handshake = idle
+  s.lastCompletedToken = settled.grant.token
+}

@@ -1,0 +1,156 @@
+/**
+ * Work-pulling: one producer endpoint hands a stream of jobs to a dynamic pool of workers. Each
+ * worker pulls through its own demand window, jobs go round-robin to workers with free demand,
+ * and a lost worker's unconfirmed jobs go back to the head of the pending pool for survivors.
+ *
+ * The endpoints are the point-to-point ones: `producer` returns a `Producer<A>` and `worker` a
+ * `Consumer<A>`, so code written against those types runs unchanged on either pattern. Delivery
+ * is at least once, with no ordering across workers: deduplicate by `messageId` against shared
+ * state when effects must happen once.
+ */
+import { Effect } from "effect"
+import type { Duration, Schema, Scope } from "effect"
+import * as Consumer from "./Consumer.js"
+import * as WorkPullingController from "./Controller/WorkPullingController.js"
+import type { WorkPullingStats } from "./Controller/WorkPullingController.js"
+import type { DurableWorkQueueService } from "./DurableQueue/DurableWorkQueue.js"
+import type { EndpointRegistry } from "./internal/EndpointRegistry.js"
+import * as Producer from "./Producer.js"
+import * as Config from "./Protocol/Config.js"
+import { EndpointNotFound, ReliableConfigError } from "./Protocol/Errors.js"
+import type { ReliableEndpointConfigError } from "./Protocol/Errors.js"
+import * as PayloadCodec from "./Protocol/PayloadCodec.js"
+import { ReliableSystem } from "./ReliableSystem.js"
+
+export type { WorkerStats, WorkPullingStats } from "./Controller/WorkPullingController.js"
+
+export interface ProducerOptions<A, I> {
+  /** This endpoint's name, unique on its system. Workers name it; the producer names no peer. */
+  readonly name: string
+  /** Every payload is encoded with this Schema before it is stored. */
+  readonly payload: Schema.Schema<A, I, never>
+  /**
+   * Persist accepted jobs, so a producer crash, restart or respawn loses none: the next
+   * controller reloads the accepted, unconfirmed jobs and dispatches them again. Default none.
+   */
+  readonly durableWorkQueue?: DurableWorkQueueService
+  /** Publish a `DeliveryConfirmed` on `confirmations` whenever a worker confirms a job; default off. */
+  readonly deliveryConfirmation?: boolean
+  /** Cadence for offering an unanswered grant again and for re-checking bound workers; default 500ms. */
+  readonly retryInterval?: Duration.DurationInput
+  /** Durable operation retries before the controller restarts; default 3 attempts, 100ms apart. */
+  readonly queueRetry?: Config.QueueRetry
+}
+
+export interface WorkerOptions<A, I> {
+  /** This endpoint's name, unique on its system. */
+  readonly name: string
+  /** The work-pulling producer's name. */
+  readonly producer: string
+  /** Payloads are decoded with this Schema; a payload it cannot decode stops the worker. */
+  readonly payload: Schema.Schema<A, I, never>
+  /** Jobs the worker may hold at once (demand per request and buffer capacity), 1..10,000; default 50. */
+  readonly window?: number
+  /** Tick for re-registration, re-delivery and gap re-requests; default 2s. */
+  readonly resendInterval?: Duration.DurationInput
+}
+
+const producerOptions: ReadonlySet<string> = new Set([
+  "name",
+  "payload",
+  "durableWorkQueue",
+  "deliveryConfirmation",
+  "retryInterval",
+  "queueRetry"
+])
+
+/** Options a point-to-point producer takes that a work-pulling producer refuses, and why. */
+const refused: Readonly<Record<string, string>> = {
+  chunkSize: "work-pulling producers do not chunk payloads; send payloads that fit one message",
+  durableQueue: "a work-pulling producer persists jobs with durableWorkQueue: workers complete jobs out of order, " +
+    "which a point-to-point queue's cumulative confirmation watermark cannot express",
+  consumer: "a work-pulling producer names no peer: workers name the producer and register with it",
+  remoteConsumer: "work-pulling does not support peer addresses; a worker set spanning nodes requires cluster mode"
+}
+
+/** Any option a work-pulling producer does not take is a configuration error, not silently ignored. */
+const checkKeys = (options: object): Effect.Effect<void, ReliableConfigError> => {
+  for (const [key, value] of Object.entries(options)) {
+    if (producerOptions.has(key) || value === undefined) continue
+    return Effect.fail(new ReliableConfigError({
+      option: key,
+      message: refused[key] ?? `work-pulling producers take no option "${key}"`
+    }))
+  }
+  return Effect.void
+}
+
+/** Checks the options of a work-pulling producer. */
+export const checkProducerOptions = <A, I>(options: ProducerOptions<A, I>) =>
+  Effect.zipRight(
+    checkKeys(options),
+    Effect.all({
+      name: Config.checkName("name", options.name),
+      retryInterval: Config.checkInterval("retryInterval", options.retryInterval, Config.DefaultRetryInterval),
+      queueRetry: Config.checkQueueRetry(options.queueRetry)
+    })
+  )
+
+/** Stats of the work-pulling producers of each system, by endpoint name. */
+const statsSources = new WeakMap<EndpointRegistry, Map<string, () => WorkPullingStats>>()
+
+/**
+ * A work-pulling producer endpoint: the same `Producer<A>` as point-to-point (`send`, `sendAll`,
+ * the `requestNext`/`produce`/`storedAck` contract, `confirmations`). `Stored.seq` and
+ * `DeliveryConfirmed.seq` carry the producer-visible store sequence.
+ */
+export const producer = <A, I>(
+  options: ProducerOptions<A, I>
+): Effect.Effect<Producer.Producer<A>, ReliableConfigError, ReliableSystem | Scope.Scope> =>
+  Effect.gen(function*() {
+    const checked = yield* checkProducerOptions(options)
+    const system = (yield* ReliableSystem).internal
+    const codec = PayloadCodec.make(options.payload)
+    const settings: WorkPullingController.WorkPullingSettings = {
+      endpoint: checked.name,
+      deliveryConfirmation: options.deliveryConfirmation ?? false,
+      retryInterval: checked.retryInterval,
+      durableQueue: options.durableWorkQueue,
+      queueRetry: checked.queueRetry
+    }
+    let current: WorkPullingController.WorkPullingController<A> | undefined
+    const endpoint = yield* Producer.makeEndpoint<A>(
+      system,
+      { name: checked.name, kind: "WorkProducer", peer: undefined, address: undefined },
+      (hooks) => Effect.tap(WorkPullingController.make(settings, codec, system, hooks), (controller) => {
+        current = controller
+      })
+    )
+    const sources = statsSources.get(system.registry) ?? new Map<string, () => WorkPullingStats>()
+    statsSources.set(system.registry, sources)
+    const source = () => current!.workStats()
+    yield* Effect.acquireRelease(
+      Effect.sync(() => sources.set(checked.name, source)),
+      () => Effect.sync(() => void (sources.get(checked.name) === source && sources.delete(checked.name)))
+    )
+    return endpoint
+  })
+
+/**
+ * A worker endpoint: the same `Consumer<A>` as point-to-point (`run(handler)`, `deliveries`). It
+ * registers with the producer named in `producer` and keeps at most `window` jobs at a time.
+ */
+export const worker = <A, I>(
+  options: WorkerOptions<A, I>
+): Effect.Effect<Consumer.Consumer<A>, ReliableEndpointConfigError, ReliableSystem | Scope.Scope> =>
+  Consumer.makeEndpoint(options, "Worker", ["WorkProducer"])
+
+/**
+ * What the work-pulling producer `name` of the system in context holds right now: bound workers
+ * and what each has in flight, the pending pool, and counters since its controller started.
+ */
+export const stats = (name: string): Effect.Effect<WorkPullingStats, EndpointNotFound, ReliableSystem> =>
+  Effect.flatMap(ReliableSystem, (system) => {
+    const source = statsSources.get(system.internal.registry)?.get(name)
+    return source === undefined ? Effect.fail(new EndpointNotFound({ name })) : Effect.sync(source)
+  })

@@ -14,7 +14,8 @@ import * as EndpointLifecycle from "./internal/EndpointLifecycle.js"
 import { Signal } from "./internal/Signal.js"
 import * as Config from "./Protocol/Config.js"
 import type { DeliveryConfirmed, Produced, RequestNext, Stored, StoredAck } from "./Protocol/Contract.js"
-import type { ProducerContractError, ReliableConfigError, ReliableEndpointConfigError } from "./Protocol/Errors.js"
+import { ReliableConfigError } from "./Protocol/Errors.js"
+import type { ProducerContractError, ReliableEndpointConfigError } from "./Protocol/Errors.js"
 import * as PayloadCodec from "./Protocol/PayloadCodec.js"
 import { ReliableSystem } from "./ReliableSystem.js"
 import type { SystemInternals } from "./ReliableSystem.js"
@@ -79,15 +80,24 @@ export interface Producer<A> {
 /** The largest batch `sendAll` stores in one step. */
 const MaxBatch = 1000
 
+/** A point-to-point producer refuses the work-pulling durable queue (its watermark cannot hold per-job confirmations). */
+const checkNoWorkQueue = (options: object) =>
+  (options as { readonly durableWorkQueue?: unknown }).durableWorkQueue === undefined
+    ? Effect.void
+    : Effect.fail(new ReliableConfigError({
+      option: "durableWorkQueue",
+      message: "durableWorkQueue is for work-pulling producers (WorkPulling.producer); a point-to-point producer persists with durableQueue"
+    }))
+
 /** Checks the options of a producer endpoint. */
 export const checkOptions = <A, I>(options: ProducerOptions<A, I>) =>
-  Effect.all({
+  Effect.zipRight(checkNoWorkQueue(options), Effect.all({
     name: Config.checkName("name", options.name),
     consumer: Config.checkName("consumer", options.consumer),
     retryInterval: Config.checkInterval("retryInterval", options.retryInterval, Config.DefaultRetryInterval),
     chunkSize: Config.checkChunkSize(options.chunkSize),
     queueRetry: Config.checkQueueRetry(options.queueRetry)
-  })
+  }))
 
 /** What a producer-side controller tells its endpoint. */
 export type ProducerControllerStart<A> = (hooks: ProducerController.ProducerHooks) => Effect.Effect<

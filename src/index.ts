@@ -5,6 +5,7 @@ export * as Consumer from "./Consumer.js"
 export * as Producer from "./Producer.js"
 export * as ReliableSystem from "./ReliableSystem.js"
 export * as Transport from "./Transport.js"
+export * as WorkPulling from "./WorkPulling.js"
 export type { Delivery } from "./Protocol/Contract.js"
 export { DeliveryConfirmed, Produced, RequestNext, ReservedMessageIdPrefix, Stored, StoredAck } from "./Protocol/Contract.js"
 export {

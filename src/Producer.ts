@@ -254,6 +254,7 @@ export const make = <A, I>(
       remoting: system.transport.remoting,
       clustered: system.clustered
     })
+    if (consumerNode !== undefined) yield* Config.checkChunkFitsFrame(checked.chunkSize, system.transport.maxFrameSize)
     const codec = PayloadCodec.make(options.payload)
     const settings: ProducerController.ProducerSettings = {
       endpoint: checked.name,

@@ -79,6 +79,18 @@ export const checkChunkSize = (value: number | undefined): Effect.Effect<number 
     : fail("chunkSize", `chunkSize must be an integer in [${MinChunkSize}, ${MaxChunkSize}] bytes, got ${value}`)
 }
 
+/** Room a chunk leaves in its frame for the envelope around it (addresses, ids, sequence). */
+export const ChunkFrameHeadroom = 4 * 1024
+
+/** Chunks to a remote consumer must fit the transport's frame with room for their envelope. */
+export const checkChunkFitsFrame = (
+  chunkSize: number | undefined,
+  maxFrameSize: number | undefined
+): Effect.Effect<void, ReliableConfigError> =>
+  chunkSize === undefined || maxFrameSize === undefined || chunkSize + ChunkFrameHeadroom <= maxFrameSize
+    ? Effect.void
+    : fail("chunkSize", `chunkSize ${chunkSize} leaves no room in the transport's ${maxFrameSize}-byte frames; use at most ${maxFrameSize - ChunkFrameHeadroom}`)
+
 /** The remoting address of the node hosting a flow's peer endpoint (a remoting-only flow). */
 export interface PeerAddress {
   readonly host: string

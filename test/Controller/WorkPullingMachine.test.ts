@@ -62,7 +62,7 @@ const request = (
   from: ControllerAddress,
   confirmedSeq: number,
   upTo: number,
-  options: { readonly session?: string; readonly nonce?: string; readonly viaTimeout?: boolean } = {}
+  options: { readonly session?: string; readonly nonce?: string; readonly viaTimeout?: boolean; readonly now?: number } = {}
 ): WorkEvent => ({
   _tag: "Wire",
   from,
@@ -74,7 +74,7 @@ const request = (
     requestUpToSeq: upTo,
     viaTimeout: options.viaTimeout ?? false
   },
-  now: 0
+  now: options.now ?? 0
 })
 const ack = (from: ControllerAddress, confirmedSeq: number, session = sessionOf(from)): WorkEvent => ({
   _tag: "Wire",
@@ -370,11 +370,11 @@ describe("WorkPullingMachine", () => {
     })
 
     it("the deadline is the earlier of the grant retry and the next audit", () => {
-      const late = run(Machine.initial(config({ auditIntervalMs: 2000 })).state, verified(w1, "w1-n1", 0), { ...request(w1, 0, 1), now: 100 }).state
+      const late = run(Machine.initial(config({ auditIntervalMs: 2000 })).state, verified(w1, "w1-n1", 0), request(w1, 0, 1, { now: 100 })).state
       expect(late.handshake._tag).toBe("Granted")
       expect(Machine.nextDeadline(late)).toBe(600)
       expect(Machine.nextDeadline(run(late, { _tag: "Tick", now: 600 }).state)).toBe(1100)
-      const early = run(Machine.initial(config({ auditIntervalMs: 300 })).state, verified(w1, "w1-n1", 0), { ...request(w1, 0, 1), now: 100 }).state
+      const early = run(Machine.initial(config({ auditIntervalMs: 300 })).state, verified(w1, "w1-n1", 0), request(w1, 0, 1, { now: 100 })).state
       expect(Machine.nextDeadline(early)).toBe(300)
       expect(Machine.nextDeadline(run(early, { _tag: "Tick", now: 300 }).state)).toBe(600)
     })

@@ -6,19 +6,24 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Exit } from "effect"
-import { planFor, runPlan, violation } from "./support/FaultRun.js"
+import type { Scope } from "effect"
+import { memoryWorld, planFor, runPlan, socketPlanFor, socketWorld, violation } from "./support/FaultRun.js"
 import { onMicrotasks } from "./support/Harness.js"
-import type { FaultPlan } from "./support/FaultRun.js"
+import type { FaultPlan, FaultWorld } from "./support/FaultRun.js"
 
-const check = (plan: FaultPlan) =>
+const checkIn = (plan: FaultPlan, world: (plan: FaultPlan) => Effect.Effect<FaultWorld, Error, Scope.Scope>) =>
   Effect.gen(function*() {
-    const exit = yield* Effect.exit(onMicrotasks(runPlan(plan)))
+    const started = Date.now()
+    const exit = yield* Effect.exit(world === memoryWorld ? onMicrotasks(runPlan(plan, world)) : runPlan(plan, world))
     const problem = Exit.isSuccess(exit) ? violation(plan, exit.value) : `run failed: ${String(Exit.isFailure(exit) ? exit.cause : "")}`
     if (problem !== undefined) {
       console.error(`fault run failed: seed=${plan.seed} plan=${JSON.stringify(plan)}: ${problem}`)
     }
+    if (world !== memoryWorld) console.log(`socket fault run seed=${plan.seed}: ${plan.messages} messages, window ${plan.window}, ${Date.now() - started}ms`)
     expect(problem, `seed ${plan.seed}`).toBeUndefined()
   })
+
+const check = (plan: FaultPlan) => checkIn(plan, memoryWorld)
 
 describe.concurrent("randomized fault runs (point-to-point, memory transport with faults)", () => {
   const base = Number(process.env.RELIABLE_FAULT_BASE ?? 1000)
@@ -32,4 +37,12 @@ describe.concurrent("randomized fault runs (point-to-point, memory transport wit
     const seed = Number(process.env.RELIABLE_FAULT_SEED ?? 4242)
     return check(planFor(seed, process.env.RELIABLE_FAULT_RESTARTS === "true"))
   })
+})
+
+describe.concurrent("randomized fault runs (point-to-point, two nodes on TCP sockets with faults, live clock)", () => {
+  const base = Number(process.env.RELIABLE_SOCKET_FAULT_BASE ?? 2000)
+  const seeds = Array.from({ length: 8 }, (_, index) => base + index)
+
+  it.live.each(seeds)("seed %i: loss, duplicates, reordering over TCP (odd seeds restart the consumer)", (seed) =>
+    checkIn(socketPlanFor(seed, seed % 2 === 1), socketWorld))
 })

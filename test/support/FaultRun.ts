@@ -1,13 +1,19 @@
 /**
  * A randomized point-to-point fault run derived from one seed, and the guarantees it must keep.
+ * The run happens in a "world": one system on the faulty memory transport under TestClock, or
+ * two nodes on real sockets wrapped by the faulty layer under the live clock.
  */
-import { Effect, Exit, Fiber, Layer, Schema, Scope } from "effect"
+import { Context, Effect, Exit, Fiber, Layer, Schema, Scope } from "effect"
+import type { Duration } from "effect"
 import * as Consumer from "../../src/Consumer.js"
 import * as SeededRandom from "../../src/internal/SeededRandom.js"
+import type { PeerAddress } from "../../src/Protocol/Config.js"
 import * as Producer from "../../src/Producer.js"
 import * as ReliableSystem from "../../src/ReliableSystem.js"
 import * as FaultyTransport from "../../src/Transport/FaultyTransport.js"
+import type { FaultOptions } from "../../src/Transport/FaultyTransport.js"
 import { advanceUntil } from "./Harness.js"
+import { host, startNode, waitUntil } from "./Nodes.js"
 
 const Order = Schema.Struct({ index: Schema.Number })
 
@@ -39,15 +45,85 @@ export const planFor = (seed: number, restarts: boolean): FaultPlan => {
   }
 }
 
+/**
+ * A plan for real sockets: the same seeded plan with half the loss and a window of at least 2.
+ * Under the live clock every lost registration round trip costs real resend intervals, and the
+ * heaviest memory plans (50% loss each way, window 1) would take minutes.
+ */
+export const socketPlanFor = (seed: number, restarts: boolean): FaultPlan => {
+  const plan = planFor(seed, restarts)
+  return { ...plan, dropToProducer: plan.dropToProducer / 2, dropToConsumer: plan.dropToConsumer / 2, window: Math.max(2, plan.window) }
+}
+
 interface Received {
   readonly incarnation: number
   readonly index: number
 }
 
-/** Runs one plan under TestClock; returns what the consumer incarnations received, in order. */
-export const runPlan = (plan: FaultPlan) =>
+/** Where a run happens: the systems of each side, how they name each other, how time passes. */
+export interface FaultWorld {
+  readonly producer: Context.Context<ReliableSystem.ReliableSystem>
+  readonly consumer: Context.Context<ReliableSystem.ReliableSystem>
+  readonly remoteConsumer?: PeerAddress
+  readonly remoteProducer?: PeerAddress
+  readonly resendInterval: Duration.DurationInput
+  /** Lets time pass until `done` holds; fails after `limitMs`. */
+  readonly until: (done: () => boolean, limitMs: number) => Effect.Effect<void, Error>
+}
+
+const faultOptions = (plan: FaultPlan, seed = plan.seed): FaultOptions => ({
+  seed,
+  drop: { toProducer: plan.dropToProducer, toConsumer: plan.dropToConsumer },
+  duplicate: plan.duplicate,
+  reorder: plan.reorder,
+  reorderWindow: "30 millis"
+})
+
+/** One system on the faulty memory transport, timed by TestClock. */
+export const memoryWorld = (plan: FaultPlan): Effect.Effect<FaultWorld, never, Scope.Scope> =>
+  Effect.map(
+    Layer.build(ReliableSystem.layer().pipe(Layer.provideMerge(FaultyTransport.layerFaulty(faultOptions(plan))))),
+    (context) => ({
+      producer: context,
+      consumer: context,
+      resendInterval: "100 millis",
+      until: (done, limitMs) => advanceUntil(done, 25, limitMs)
+    })
+  )
+
+/**
+ * Two nodes on TCP sockets on 127.0.0.1, each node's outgoing envelopes passed through the faulty
+ * layer (its own seed, derived from the plan's), under the live clock: fault decisions replay
+ * from the seed, their interleaving with real I/O does not.
+ */
+export const socketWorld = (plan: FaultPlan): Effect.Effect<FaultWorld, Error, Scope.Scope> =>
   Effect.gen(function*() {
-    const producer = yield* Producer.make({ name: "orders-out", consumer: "orders-in", payload: Order, retryInterval: "50 millis" })
+    // Lookups cross the faulty links too; a short timeout keeps a dropped one from costing 500ms.
+    const a = yield* startNode({ lookupTimeout: "100 millis", wrap: (socket) => FaultyTransport.layerWrap(faultOptions(plan, plan.seed * 2)).pipe(Layer.provide(socket)) })
+    const b = yield* startNode({ lookupTimeout: "100 millis", wrap: (socket) => FaultyTransport.layerWrap(faultOptions(plan, plan.seed * 2 + 1)).pipe(Layer.provide(socket)) })
+    const world: FaultWorld = {
+      producer: a.context,
+      consumer: b.context,
+      remoteConsumer: { host, port: b.port },
+      remoteProducer: { host, port: a.port },
+      resendInterval: "50 millis",
+      // The limit is test time for TestClock worlds; real time here is capped well below it.
+      until: (done, limitMs) => waitUntil("the fault run's condition", done, Math.min(limitMs, 45_000))
+    }
+    return world
+  }).pipe(Effect.mapError((error) => new Error(String(error))))
+
+/** Runs one plan in a world; returns what the consumer incarnations received, in order. */
+export const runPlan = (plan: FaultPlan, makeWorld: (plan: FaultPlan) => Effect.Effect<FaultWorld, Error, Scope.Scope> = memoryWorld) =>
+  Effect.gen(function*() {
+    const world = yield* makeWorld(plan)
+    const producer = yield* Producer.make({
+      name: "orders-out",
+      consumer: "orders-in",
+      payload: Order,
+      retryInterval: "50 millis",
+      ...(world.remoteConsumer === undefined ? {} : { remoteConsumer: world.remoteConsumer })
+    }).pipe(Effect.provide(world.producer))
     const received: Array<Received> = []
     let incarnation = 0
     let scope: Scope.CloseableScope | undefined
@@ -61,8 +137,9 @@ export const runPlan = (plan: FaultPlan) =>
         producer: "orders-out",
         payload: Order,
         window: plan.window,
-        resendInterval: "100 millis"
-      }).pipe(Scope.extend(scope))
+        resendInterval: world.resendInterval,
+        ...(world.remoteProducer === undefined ? {} : { remoteProducer: world.remoteProducer })
+      }).pipe(Scope.extend(scope), Effect.provide(world.consumer))
       yield* Effect.forkIn(consumer.run((delivery) => Effect.sync(() => void received.push({ incarnation: mine, index: delivery.payload.index }))), scope)
     })
 
@@ -75,17 +152,17 @@ export const runPlan = (plan: FaultPlan) =>
 
     const restarts = [...plan.restartsAfter]
     const allSeen = () => new Set(received.map((entry) => entry.index)).size === plan.messages
-    yield* advanceUntil(() => {
+    yield* world.until(() => {
       if (restarts.length > 0 && received.length >= restarts[0]) return true
       return allSeen()
-    }, 25, Number(process.env.FAULT_LIMIT ?? 600_000))
+    }, Number(process.env.FAULT_LIMIT ?? 600_000))
     while (restarts.length > 0) {
       restarts.shift()
       yield* Scope.close(scope!, Exit.void)
       yield* startConsumer
-      yield* advanceUntil(() => (restarts.length > 0 && received.length >= restarts[0]) || allSeen(), 25, Number(process.env.FAULT_LIMIT ?? 600_000))
+      yield* world.until(() => (restarts.length > 0 && received.length >= restarts[0]) || allSeen(), Number(process.env.FAULT_LIMIT ?? 600_000))
     }
-    yield* advanceUntil(allSeen, 25, Number(process.env.FAULT_LIMIT ?? 600_000)).pipe(
+    yield* world.until(allSeen, Number(process.env.FAULT_LIMIT ?? 600_000)).pipe(
       Effect.tapError(() =>
         Effect.gen(function*() {
           const seen = new Set(received.map((entry) => entry.index))
@@ -97,16 +174,7 @@ export const runPlan = (plan: FaultPlan) =>
     yield* Fiber.join(sending)
     yield* Scope.close(scope!, Exit.void)
     return received
-  }).pipe(
-    Effect.scoped,
-    Effect.provide(ReliableSystem.layer().pipe(Layer.provideMerge(FaultyTransport.layerFaulty({
-      seed: plan.seed,
-      drop: { toProducer: plan.dropToProducer, toConsumer: plan.dropToConsumer },
-      duplicate: plan.duplicate,
-      reorder: plan.reorder,
-      reorderWindow: "30 millis"
-    }))))
-  )
+  }).pipe(Effect.scoped)
 
 /** Checks the guarantees; returns a description of the first violation, or undefined. */
 export const violation = (plan: FaultPlan, received: ReadonlyArray<Received>): string | undefined => {

@@ -63,7 +63,8 @@ export const startNode = (
 
 /** Polls `condition` every few milliseconds until it holds; fails after `timeout`. */
 export const waitUntil = (what: string, condition: () => boolean, timeout: Duration.DurationInput = Duration.seconds(20)) =>
-  Effect.suspend(() => condition() ? Effect.void : Effect.fail("pending" as const)).pipe(
-    Effect.retry(Schedule.spaced(Duration.millis(5))),
-    Effect.timeoutFail({ duration: timeout, onTimeout: () => new Error(`timed out waiting for ${what}`) })
+  Effect.sync(condition).pipe(
+    Effect.repeat({ until: (holds) => holds, schedule: Schedule.spaced(Duration.millis(5)) }),
+    Effect.timeoutFail({ duration: timeout, onTimeout: () => new Error(`timed out waiting for ${what}`) }),
+    Effect.asVoid
   )

@@ -66,8 +66,10 @@ export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
     const op = ops.length > 0 ? ops.shift() : options.takeDeferred()
     if (op === undefined) return
     busy = true
+    // The operation starts on a later turn: `next` runs inside a machine fold, and a queue that
+    // answers synchronously (the memory queues) must not fold its completion into that same fold.
     options.runFork(Effect.ensuring(
-      options.run(op, guard),
+      Effect.zipRight(Effect.yieldNow(), options.run(op, guard)),
       Effect.sync(() => {
         busy = false
         next()

@@ -77,6 +77,8 @@ export const makeEndpoint = <A, I>(
     // Holds at most the delivery in flight plus re-deliveries of it: the protocol bounds it.
     const deliveries = yield* Effect.acquireRelease(Queue.unbounded<Delivery<A>>(), Queue.shutdown)
     let busy = false
+    let pulling = false
+    let handoff: Delivery<A> | undefined
 
     const lifecycle = yield* EndpointLifecycle.make<ConsumerController.ConsumerController>({
       system,
@@ -92,27 +94,44 @@ export const makeEndpoint = <A, I>(
           producerKinds,
           producerNode
         }, codec, system, {
-          deliver: (delivery) => void deliveries.unsafeOffer(delivery),
+          deliver: (delivery) => {
+            if (pulling) handoff = delivery
+            else deliveries.unsafeOffer(delivery)
+          },
           handlerBusy: () => busy,
           stopped
         })
     })
 
-    const handle = <E, R>(handler: (delivery: Delivery<A>) => Effect.Effect<void, E, R>, delivery: Delivery<A>) => {
+    /**
+     * The `run` loop confirms in its own fiber; the confirmation's fold hands out the next
+     * delivery at once, which the loop takes straight from `handoff` instead of the queue.
+     */
+    const process = <E, R>(
+      handler: (delivery: Delivery<A>) => Effect.Effect<void, E, R>,
+      delivery: Delivery<A>
+    ): Effect.Effect<void, never, R> => {
       busy = true
       return Effect.flatMap(Effect.exit(handler(delivery)), (exit) => {
         busy = false
-        if (exit._tag === "Success") return delivery.confirm
-        return Cause.isInterruptedOnly(exit.cause)
-          ? Effect.failCause(exit.cause as Cause.Cause<never>)
-          : Effect.logWarning(`reliable consumer "${checked.name}": handler failed on ${delivery.messageId}; it will be redelivered`, exit.cause)
+        if (exit._tag === "Failure") {
+          return Cause.isInterruptedOnly(exit.cause)
+            ? Effect.failCause(exit.cause as Cause.Cause<never>)
+            : Effect.logWarning(`reliable consumer "${checked.name}": handler failed on ${delivery.messageId}; it will be redelivered`, exit.cause)
+        }
+        pulling = true
+        ConsumerController.confirmNow(delivery)
+        pulling = false
+        const next = handoff
+        handoff = undefined
+        return next === undefined ? Effect.void : process(handler, next)
       })
     }
 
     const run = <E, R>(handler: (delivery: Delivery<A>) => Effect.Effect<void, E, R>): Effect.Effect<never, never, R> =>
       Effect.suspend(() => {
         busy = false
-        return Effect.forever(Effect.flatMap(Queue.take(deliveries), (delivery) => handle(handler, delivery)))
+        return Effect.forever(Effect.flatMap(Queue.take(deliveries), (delivery) => process(handler, delivery)))
       })
 
     return {

@@ -48,6 +48,34 @@ export interface ConsumerController {
   readonly stats: () => ConsumerStats
 }
 
+/**
+ * A delivery handed to the endpoint. `confirm` is built only when asked for: the `run` loop
+ * confirms through `confirmNow` without allocating an effect per delivery.
+ */
+class ControllerDelivery<A> implements Delivery<A> {
+  constructor(
+    readonly messageId: string,
+    readonly seq: number,
+    readonly payload: A,
+    private readonly controller: { readonly confirm: (id: number) => void },
+    private readonly id: number
+  ) {}
+
+  get confirm(): Effect.Effect<void> {
+    return Effect.sync(() => this.confirmNow())
+  }
+
+  confirmNow(): void {
+    this.controller.confirm(this.id)
+  }
+}
+
+/** Confirms a delivery synchronously (the `run` loop's path). */
+export const confirmNow = <A>(delivery: Delivery<A>): void => {
+  if (delivery instanceof ControllerDelivery) delivery.confirmNow()
+  else Effect.runSync(delivery.confirm)
+}
+
 const isProducerMessage = (message: Envelope["message"]) =>
   message._tag === "SequencedMessage" || message._tag === "RegistrationAck"
 
@@ -91,13 +119,10 @@ export const make = <A>(
         })
         return
       }
-      hooks.deliver({
-        messageId: inFlight.messageId,
-        seq: inFlight.seq,
-        payload: decoded.right,
-        confirm: Effect.sync(() => void dispatch({ _tag: "Confirm", id: inFlight.id, now: now() }))
-      })
+      hooks.deliver(new ControllerDelivery(inFlight.messageId, inFlight.seq, decoded.right, confirmer, inFlight.id))
     }
+
+    const confirmer = { confirm: (id: number) => dispatch({ _tag: "Confirm", id, now: now() }) }
 
     const perform = (actions: ReadonlyArray<Machine.ConsumerAction>) => {
       let envelopes: Array<Envelope> | undefined

@@ -292,7 +292,8 @@ export const make = <A>(
      */
     const produceNow = (
       grant: RequestNext,
-      items: ReadonlyArray<{ readonly messageId: string; readonly payload: A }>
+      items: ReadonlyArray<{ readonly messageId: string; readonly payload: A }>,
+      acknowledged = false
     ): Answer | Deferred.Deferred<ReadonlyArray<Stored>, ProducerContractError> => {
       if (stoppedWith !== undefined) return Either.left(stoppedError(grant))
       const encoded: Array<Machine.ProduceItem> = []
@@ -313,7 +314,10 @@ export const make = <A>(
         if (refused !== undefined) return Either.left(refused)
         encoded.push({ messageId: item.messageId, payload: bytes.right })
       }
-      const answered = findAnswer(dispatch({ _tag: "Produce", grant, items: encoded, now: now() }), grant.token)
+      const event: Machine.ProducerEvent = acknowledged
+        ? { _tag: "ProduceAcked", grant, items: encoded, now: now() }
+        : { _tag: "Produce", grant, items: encoded, now: now() }
+      const answered = findAnswer(dispatch(event), grant.token)
       if (answered !== undefined) return answered
       if (stoppedWith !== undefined) return Either.left(stoppedError(grant))
       let reply = replies.get(grant.token)
@@ -337,9 +341,10 @@ export const make = <A>(
       grant: RequestNext,
       items: ReadonlyArray<{ readonly messageId: string; readonly payload: A }>
     ): Answer | Effect.Effect<ReadonlyArray<Stored>, ProduceError> => {
-      const answered = produceNow(grant, items)
+      // A volatile controller stores in the fold, so produce and acknowledge fold as one event.
+      const answered = produceNow(grant, items, !config.durable)
       if (!Either.isEither(answered)) return Effect.tap(Deferred.await(answered), () => ackAll(grant.token))
-      if (Either.isRight(answered)) ackAll(grant.token)
+      if (config.durable && Either.isRight(answered)) ackAll(grant.token)
       return answered
     }
 

@@ -115,6 +115,8 @@ export type ProducerEvent =
   | { readonly _tag: "Verified"; readonly address: ControllerAddress; readonly nonce: string; readonly ok: boolean; readonly now: number }
   | { readonly _tag: "Produce"; readonly grant: RequestNext; readonly items: ReadonlyArray<ProduceItem>; readonly now: number }
   | { readonly _tag: "StoredAck"; readonly ack: StoredAck; readonly now: number }
+  /** The everyday volatile path: produce and acknowledge in one fold. */
+  | { readonly _tag: "ProduceAcked"; readonly grant: RequestNext; readonly items: ReadonlyArray<ProduceItem>; readonly now: number }
   /** The everyday path acknowledges every message stored under its grant at once. */
   | { readonly _tag: "AckAll"; readonly token: string; readonly now: number }
   | { readonly _tag: "Tick"; readonly now: number }
@@ -231,6 +233,10 @@ export const step = (state: ProducerState, event: ProducerEvent): Step => {
       break
     case "StoredAck":
       onStoredAck(s, event.ack, event.now, out)
+      break
+    case "ProduceAcked":
+      onProduce(s, event.grant, event.items, event.now, out)
+      onAckAll(s, event.grant.token, event.now, out)
       break
     case "AckAll":
       onAckAll(s, event.token, event.now, out)

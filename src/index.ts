@@ -2,6 +2,7 @@
  * effect-reliable: confirmed, ordered, flow-controlled delivery between Effect programs.
  */
 export * as Consumer from "./Consumer.js"
+export * as DurableQueue from "./DurableQueue.js"
 export * as Producer from "./Producer.js"
 export * as ReliableSystem from "./ReliableSystem.js"
 export * as Transport from "./Transport.js"

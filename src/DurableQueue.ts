@@ -1,0 +1,32 @@
+/**
+ * Durable queues: the contracts a producer persists through, their implementations (in-memory
+ * reference, SQLite and PostgreSQL through `@effect/sql`) and a fault-injecting wrapper for tests.
+ * The conformance suites every implementation passes are exported from
+ * `effect-reliable/conformance`.
+ */
+export { DurableProducerQueue } from "./DurableQueue/DurableProducerQueue.js"
+export type {
+  DurableProducerQueueService,
+  DurableQueueState,
+  LoadResult,
+  QueueEpoch,
+  StoredEntry,
+  StoreRequest,
+  StoreResult
+} from "./DurableQueue/DurableProducerQueue.js"
+export { DurableWorkQueue } from "./DurableQueue/DurableWorkQueue.js"
+export type {
+  DurableWorkQueueService,
+  WorkLoadResult,
+  WorkQueueState,
+  WorkStoreResult
+} from "./DurableQueue/DurableWorkQueue.js"
+export { isTerminal, QueueBackendError, QueueChunkedBatch, QueueConflict, QueueFenced } from "./DurableQueue/QueueErrors.js"
+export type { DurableQueueError } from "./DurableQueue/QueueErrors.js"
+export { layerMemory, make as makeMemory } from "./DurableQueue/MemoryProducerQueue.js"
+export { layerMemory as layerWorkMemory, make as makeWorkMemory } from "./DurableQueue/MemoryWorkQueue.js"
+export { layer as layerSql, make as makeSql } from "./DurableQueue/SqlProducerQueue.js"
+export type { SqlQueueOptions } from "./DurableQueue/SqlProducerQueue.js"
+export { layer as layerWorkSql, make as makeWorkSql } from "./DurableQueue/SqlWorkQueue.js"
+export { FlakyFailure, flakyProducerQueue, flakyWorkQueue } from "./DurableQueue/FlakyQueue.js"
+export type { FlakyOptions } from "./DurableQueue/FlakyQueue.js"

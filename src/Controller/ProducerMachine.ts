@@ -10,21 +10,27 @@
  * wire sequence). They differ only after a reload skips entries that were stored but never
  * accepted, so the consumer never waits on a hole.
  *
+ * The endpoint contract (grants, `Produced`, `Stored`, `StoredAck`, the durable Storing and
+ * Accepting states, the retry deadline) is `internal/ProducerHandshake`, shared with the
+ * work-pulling machine; this module adds the consumer side and what a message is here.
+ *
  * `step` never mutates its input: it copies the state once into a draft (a fast, fixed-shape
  * copy) that the rule functions below update, and returns the draft as the next state.
  */
-import { Either } from "effect"
 import { sameAddress } from "../Protocol/Address.js"
 import type { ControllerAddress } from "../Protocol/Address.js"
-import { isReservedMessageId, parseChunkMessageId } from "../Protocol/ChunkId.js"
-import { MaxWindow } from "../Protocol/Config.js"
-import { DeliveryConfirmed, RequestNext, Stored } from "../Protocol/Contract.js"
-import type { StoredAck } from "../Protocol/Contract.js"
-import { ProducerContractError, ProtocolViolation } from "../Protocol/Errors.js"
+import { parseChunkMessageId } from "../Protocol/ChunkId.js"
+import { DeliveryConfirmed } from "../Protocol/Contract.js"
+import type { RequestNext, StoredAck } from "../Protocol/Contract.js"
 import type { ReliableDeliveryStage } from "../Protocol/Failure.js"
 import type { Ack, ChunkMark, ConsumerToProducer, ProducerToConsumer, Request, SequencedMessage } from "../Protocol/WireMessage.js"
 import type { DurableQueueState, StoreResult } from "../DurableQueue/DurableProducerQueue.js"
+import { confirmationViolation, demandViolation } from "./internal/DemandRules.js"
+import * as ProducerHandshake from "./internal/ProducerHandshake.js"
+import type { HandshakeAction, HandshakeEvent, ProduceItem } from "./internal/ProducerHandshake.js"
 import { SeqLog } from "./internal/SeqLog.js"
+
+export type { ProduceItem } from "./internal/ProducerHandshake.js"
 
 export interface ProducerConfig {
   readonly endpoint: string
@@ -51,37 +57,8 @@ export interface PendingMessage {
   readonly parts: ReadonlyArray<{ readonly storeSeq: number; readonly payload: Uint8Array; readonly chunk?: ChunkMark | undefined }>
 }
 
-/** One message handed to the controller: its id and encoded payload. */
-export interface ProduceItem {
-  readonly messageId: string
-  readonly payload: Uint8Array
-}
-
-/**
- * Where the one-at-a-time producer handshake stands. One grant is answered by one message on the
- * contract path; the everyday `sendAll` path answers one grant with a batch (stored and accepted
- * together, exactly as one by one would).
- */
-export type Handshake =
-  | { readonly _tag: "Idle" }
-  | { readonly _tag: "Granted"; readonly grant: RequestNext; readonly offeredAt: number }
-  | { readonly _tag: "Storing"; readonly grant: RequestNext; readonly messageIds: ReadonlyArray<string> }
-  | {
-    readonly _tag: "Stored"
-    readonly grant: RequestNext
-    readonly stored: ReadonlyArray<Stored>
-    readonly messages: ReadonlyArray<PendingMessage>
-    /** Per message: a resubmission of something already held or accepted, so emit nothing. */
-    readonly known: ReadonlyArray<boolean>
-    readonly offeredAt: number
-  }
-  | {
-    readonly _tag: "Accepting"
-    readonly grant: RequestNext
-    readonly stored: ReadonlyArray<Stored>
-    readonly messages: ReadonlyArray<PendingMessage>
-    readonly known: ReadonlyArray<boolean>
-  }
+/** Where the one-at-a-time producer handshake stands (see `internal/ProducerHandshake`). */
+export type Handshake = ProducerHandshake.Handshake<PendingMessage>
 
 export interface Binding {
   readonly address: ControllerAddress
@@ -113,12 +90,7 @@ export interface ProducerState {
 export type ProducerEvent =
   | { readonly _tag: "Wire"; readonly from: ControllerAddress; readonly message: ConsumerToProducer; readonly now: number }
   | { readonly _tag: "Verified"; readonly address: ControllerAddress; readonly nonce: string; readonly ok: boolean; readonly now: number }
-  | { readonly _tag: "Produce"; readonly grant: RequestNext; readonly items: ReadonlyArray<ProduceItem>; readonly now: number }
-  | { readonly _tag: "StoredAck"; readonly ack: StoredAck; readonly now: number }
-  /** The everyday volatile path: produce and acknowledge in one fold. */
-  | { readonly _tag: "ProduceAcked"; readonly grant: RequestNext; readonly items: ReadonlyArray<ProduceItem>; readonly now: number }
-  /** The everyday path acknowledges every message stored under its grant at once. */
-  | { readonly _tag: "AckAll"; readonly token: string; readonly now: number }
+  | HandshakeEvent
   | { readonly _tag: "Tick"; readonly now: number }
   | { readonly _tag: "Loaded"; readonly state: DurableQueueState; readonly now: number }
   | { readonly _tag: "StoreCompleted"; readonly token: string; readonly results: ReadonlyArray<StoreResult>; readonly now: number }
@@ -128,13 +100,7 @@ export type ProducerEvent =
 export type ProducerAction =
   | { readonly _tag: "Send"; readonly to: ControllerAddress; readonly message: ProducerToConsumer }
   | { readonly _tag: "Resend"; readonly to: ControllerAddress; readonly message: ProducerToConsumer }
-  | { readonly _tag: "Offer"; readonly grant: RequestNext }
-  | {
-    readonly _tag: "Answer"
-    readonly token: string
-    readonly result: Either.Either<ReadonlyArray<Stored>, ProducerContractError>
-  }
-  | { readonly _tag: "AckRejected"; readonly token: string; readonly error: ProducerContractError }
+  | HandshakeAction
   | { readonly _tag: "Verify"; readonly address: ControllerAddress; readonly nonce: string }
   | { readonly _tag: "Notify"; readonly confirmed: ReadonlyArray<DeliveryConfirmed> }
   /** Business messages confirmed, for counting, when nobody asked for notifications. */
@@ -145,7 +111,6 @@ export type ProducerAction =
     readonly token: string
     readonly items: ReadonlyArray<{ readonly messageId: string; readonly chunks: ReadonlyArray<Uint8Array> }>
   }
-  | { readonly _tag: "Accept"; readonly token: string; readonly messageIds: ReadonlyArray<string> }
   | { readonly _tag: "PersistConfirm"; readonly upToStoreSeq: number }
   | { readonly _tag: "Fail"; readonly stage: ReliableDeliveryStage; readonly cause: unknown }
   | { readonly _tag: "Dropped"; readonly reason: DropReason }
@@ -191,8 +156,6 @@ class StateDraft implements Draft {
   }
 }
 
-const idle: Handshake = { _tag: "Idle" }
-
 /** A fresh controller: volatile ones run at once; durable ones load first. */
 export const initial = (config: ProducerConfig, now: number): Step => {
   const state = new StateDraft({
@@ -204,7 +167,7 @@ export const initial = (config: ProducerConfig, now: number): Step => {
     sentUpTo: 0,
     unconfirmed: SeqLog.empty(),
     lastStoreSeq: 0,
-    handshake: idle,
+    handshake: ProducerHandshake.idle,
     grantCount: 0,
     lastCompletedToken: undefined,
     persistedConfirmSeq: 0
@@ -316,26 +279,10 @@ const staleReason = (s: Draft, from: ControllerAddress, sessionId: string, nonce
   return undefined
 }
 
-const checkConfirmation = (s: Draft, confirmedSeq: number): ProtocolViolation | undefined =>
-  confirmedSeq > lastSeq(s)
-    ? new ProtocolViolation({
-      message: `consumer ${s.config.consumer} confirmed seq ${confirmedSeq} but the last seq sent is ${lastSeq(s)}`
-    })
-    : undefined
+const checkConfirmation = (s: Draft, confirmedSeq: number) =>
+  confirmationViolation(`consumer ${s.config.consumer}`, confirmedSeq, lastSeq(s))
 
-const checkDemand = (s: Draft, request: Request): ProtocolViolation | undefined => {
-  if (request.requestUpToSeq < request.confirmedSeq) {
-    return new ProtocolViolation({
-      message: `consumer ${s.config.consumer} requested up to seq ${request.requestUpToSeq}, below its confirmed seq ${request.confirmedSeq}`
-    })
-  }
-  if (request.requestUpToSeq - request.confirmedSeq > MaxWindow) {
-    return new ProtocolViolation({
-      message: `consumer ${s.config.consumer} requested ${request.requestUpToSeq - request.confirmedSeq} messages, more than the maximum window ${MaxWindow}`
-    })
-  }
-  return undefined
-}
+const checkDemand = (s: Draft, request: Request) => demandViolation(`consumer ${s.config.consumer}`, request)
 
 const onRequest = (s: Draft, from: ControllerAddress, request: Request, now: number, out: Out): void => {
   const stale = staleReason(s, from, request.sessionId, request.nonce)
@@ -411,93 +358,33 @@ const sendWithinDemand = (s: Draft, out: Out): void => {
 /** A grant opens only when the handshake is idle and the consumer has demand left. */
 const offerGrantIfDue = (s: Draft, now: number, out: Out): void => {
   if (s.phase !== "Running" || s.handshake._tag !== "Idle" || lastSeq(s) >= s.demandUpTo) return
-  s.grantCount++
-  const grant = new RequestNext({
-    endpoint: s.config.endpoint,
-    controller: s.config.incarnation,
-    token: `${s.config.incarnation}:${s.grantCount}`
-  })
-  s.handshake = { _tag: "Granted", grant, offeredAt: now }
-  out.push({ _tag: "Offer", grant })
+  ProducerHandshake.offerGrant(s, now, out)
 }
 
 // ---------------------------------------------------------------------------------------------
 // Producer-side input (the endpoint contract)
 
-const contractError = (reason: ProducerContractError["reason"], message: string) =>
-  new ProducerContractError({ reason, message })
-
 /** Checks a `Produced` before its payload is encoded. Returns an error, or undefined when valid. */
-export const checkProduced = (
-  state: ProducerState,
-  grant: RequestNext,
-  messageId: string,
-  payload: unknown
-): ProducerContractError | undefined => {
-  if (typeof messageId !== "string" || messageId.trim().length === 0) {
-    return contractError("BlankMessageId", "Produced.messageId must be a non-blank string")
-  }
-  if (isReservedMessageId(messageId)) {
-    return contractError("ReservedMessageId", `Produced.messageId must not start with the reserved prefix: ${messageId}`)
-  }
-  if (payload === undefined) return contractError("MissingPayload", `Produced ${messageId} carries no payload`)
-  return checkGrant(state, grant.endpoint, grant.controller, "Produced")
-}
-
-const checkGrant = (
-  state: ProducerState,
-  endpoint: string,
-  controller: string,
-  what: string
-): ProducerContractError | undefined => {
-  if (endpoint !== state.config.endpoint) {
-    return contractError("ForeignGrant", `${what} answers a grant of endpoint "${endpoint}", not "${state.config.endpoint}"`)
-  }
-  if (controller !== state.config.incarnation) {
-    return contractError("StaleGrant", `${what} answers a grant of an earlier controller of "${endpoint}"; take a new grant`)
-  }
-  return undefined
-}
+export const checkProduced = (state: ProducerState, grant: RequestNext, messageId: string, payload: unknown) =>
+  ProducerHandshake.checkProduced(state.config, grant, messageId, payload)
 
 /**
  * The answer of an already-answered token when the same single message is produced again (a
  * retried grant must receive the same `Produced`); undefined when the token is not answered yet.
  */
-export const answeredBefore = (
-  state: ProducerState,
-  grant: RequestNext,
-  messageId: string
-): Either.Either<Stored, ProducerContractError> | undefined => {
-  const handshake = state.handshake
-  if (handshake._tag === "Idle" || handshake._tag === "Granted" || handshake.grant.token !== grant.token) return undefined
-  const ids = handshake._tag === "Storing" ? handshake.messageIds : handshake.stored.map((stored) => stored.messageId)
-  if (ids.length !== 1 || ids[0] !== messageId) return Either.left(tokenAnswered(grant, ids.join(", ")))
-  return handshake._tag === "Storing" ? undefined : Either.right(handshake.stored[0])
+export const answeredBefore = (state: ProducerState, grant: RequestNext, messageId: string) =>
+  ProducerHandshake.answeredBefore(state.handshake, grant, messageId)
+
+/** `Stored` reports a message's id and the store seq of its last part. */
+const messageView: ProducerHandshake.MessageView<PendingMessage> = {
+  messageId: (message) => message.messageId,
+  storeSeq: (message) => message.parts[message.parts.length - 1].storeSeq
 }
 
-const tokenAnswered = (grant: RequestNext, messageIds: string) =>
-  contractError(
-    "TokenAlreadyAnswered",
-    `grant ${grant.token} was already answered with ${messageIds}; a retried grant must receive the same Produced`
-  )
-
-const answer = (token: string, result: Either.Either<ReadonlyArray<Stored>, ProducerContractError>, out: Out): void =>
-  void out.push({ _tag: "Answer", token, result })
-
 const onProduce = (s: Draft, grant: RequestNext, items: ReadonlyArray<ProduceItem>, now: number, out: Out): void => {
-  const invalid = checkGrant(s, grant.endpoint, grant.controller, "Produced")
-  if (invalid !== undefined) return answer(grant.token, Either.left(invalid), out)
-  const handshake = s.handshake
-  if (handshake._tag !== "Granted" || handshake.grant.token !== grant.token) {
-    if (items.length === 1) {
-      const previous = answeredBefore(s, grant, items[0].messageId)
-      if (previous !== undefined) return answer(grant.token, Either.map(previous, (stored) => [stored]), out)
-      if (handshake._tag === "Storing" && handshake.grant.token === grant.token) return
-    }
-    return answer(grant.token, Either.left(contractError("StaleGrant", `grant ${grant.token} is not outstanding`)), out)
-  }
+  if (!ProducerHandshake.admitProduce(s, grant, items, out)) return
   if (s.config.durable) {
-    s.handshake = { _tag: "Storing", grant, messageIds: items.map((item) => item.messageId) }
+    ProducerHandshake.startStoring(s, grant, items)
     out.push({
       _tag: "Store",
       token: grant.token,
@@ -511,7 +398,7 @@ const onProduce = (s: Draft, grant: RequestNext, items: ReadonlyArray<ProduceIte
     const parts = chunks.map((payload, index) => ({ storeSeq: ++s.lastStoreSeq, payload, chunk: chunkMark(index, chunks.length) }))
     messages.push({ messageId: item.messageId, parts })
   }
-  storedHandshake(s, grant, messages, undefined, undefined, now, out)
+  ProducerHandshake.stored(s, messageView, grant, messages, undefined, undefined, now, out)
 }
 
 /** Splits an encoded payload into chunks when it exceeds the chunk size. */
@@ -527,36 +414,13 @@ export const split = (payload: Uint8Array, chunkSize: number | undefined): Reado
 const chunkMark = (index: number, count: number): ChunkMark | undefined =>
   count === 1 ? undefined : { first: index === 0, last: index === count - 1 }
 
-const storedHandshake = (
-  s: Draft,
-  grant: RequestNext,
-  messages: ReadonlyArray<PendingMessage>,
-  alreadyStored: ReadonlyArray<boolean> | undefined,
-  known: ReadonlyArray<boolean> | undefined,
-  now: number,
-  out: Out
-): void => {
-  const stored = messages.map((message, index) =>
-    new Stored({
-      endpoint: s.config.endpoint,
-      controller: s.config.incarnation,
-      token: grant.token,
-      messageId: message.messageId,
-      seq: message.parts[message.parts.length - 1].storeSeq,
-      alreadyStored: alreadyStored?.[index] ?? false
-    })
-  )
-  s.handshake = { _tag: "Stored", grant, stored, messages, known: known ?? [], offeredAt: now }
-  answer(grant.token, Either.right(stored), out)
-}
-
 /**
  * The durable queue's authoritative answer. A resubmission keeps the first write's shape and
  * seqs; one that is already accepted or already emitted is not dispatched twice.
  */
 const onStoreCompleted = (s: Draft, token: string, results: ReadonlyArray<StoreResult>, now: number, out: Out): void => {
-  const handshake = s.handshake
-  if (handshake._tag !== "Storing" || handshake.grant.token !== token) return
+  const grant = ProducerHandshake.storingGrant(s, token)
+  if (grant === undefined) return
   const messages = results.map((result): PendingMessage => ({
     messageId: result.messageId,
     parts: result.entries.map((entry) => {
@@ -565,7 +429,7 @@ const onStoreCompleted = (s: Draft, token: string, results: ReadonlyArray<StoreR
     })
   }))
   const known = results.map((result) => result.alreadyStored && (result.accepted || isHeld(s, result.messageId)))
-  storedHandshake(s, handshake.grant, messages, results.map((result) => result.alreadyStored), known, now, out)
+  ProducerHandshake.stored(s, messageView, grant, messages, results.map((result) => result.alreadyStored), known, now, out)
 }
 
 /** True when an emitted, unconfirmed entry already carries this business id. */
@@ -576,57 +440,32 @@ const isHeld = (s: Draft, messageId: string): boolean => {
   return false
 }
 
-const ackRejected = (token: string, message: string, out: Out): void =>
-  void out.push({ _tag: "AckRejected", token, error: contractError("UnknownStored", message) })
-
 const onStoredAck = (s: Draft, ack: StoredAck, now: number, out: Out): void => {
-  const invalid = checkGrant(s, ack.endpoint, ack.controller, "StoredAck")
-  if (invalid !== undefined) return void out.push({ _tag: "AckRejected", token: ack.token, error: invalid })
-  const handshake = s.handshake
-  if (handshake._tag === "Accepting" && handshake.grant.token === ack.token) return
-  if (handshake._tag !== "Stored" || handshake.grant.token !== ack.token) {
-    if (ack.token === s.lastCompletedToken) return
-    return ackRejected(ack.token, `StoredAck for ${ack.messageId} (token ${ack.token}) matches no Stored awaiting acknowledgement`, out)
-  }
-  const stored = handshake.stored
-  if (stored.length !== 1 || stored[0].seq !== ack.seq || stored[0].messageId !== ack.messageId) {
-    return ackRejected(ack.token, `StoredAck for ${ack.messageId}/${ack.seq} does not match the Stored of grant ${ack.token}`, out)
-  }
-  acknowledge(s, handshake, now, out)
+  const handshake = ProducerHandshake.admitStoredAck(s, ack, out)
+  if (handshake !== undefined) acknowledge(s, handshake, now, out)
 }
 
 const onAckAll = (s: Draft, token: string, now: number, out: Out): void => {
-  const handshake = s.handshake
-  if (handshake._tag === "Stored" && handshake.grant.token === token) acknowledge(s, handshake, now, out)
+  const handshake = ProducerHandshake.admitAckAll(s, token)
+  if (handshake !== undefined) acknowledge(s, handshake, now, out)
 }
 
 /** StoredAck: a durable controller accepts first; a volatile one emits at once. */
-const acknowledge = (s: Draft, handshake: Extract<Handshake, { _tag: "Stored" }>, now: number, out: Out): void => {
-  if (!s.config.durable) return completeHandshake(s, handshake.grant.token, handshake.messages, handshake.known, now, out)
-  s.handshake = { _tag: "Accepting", grant: handshake.grant, stored: handshake.stored, messages: handshake.messages, known: handshake.known }
-  out.push({ _tag: "Accept", token: handshake.grant.token, messageIds: handshake.stored.map((stored) => stored.messageId) })
+const acknowledge = (s: Draft, handshake: ProducerHandshake.StoredHandshake<PendingMessage>, now: number, out: Out): void => {
+  const settled = ProducerHandshake.acknowledge(s, handshake, out)
+  if (settled !== undefined) completeHandshake(s, settled, now, out)
 }
 
 const onAcceptCompleted = (s: Draft, token: string, now: number, out: Out): void => {
-  const handshake = s.handshake
-  if (handshake._tag === "Accepting" && handshake.grant.token === token) {
-    completeHandshake(s, token, handshake.messages, handshake.known, now, out)
-  }
+  const settled = ProducerHandshake.acceptCompleted(s, token)
+  if (settled !== undefined) completeHandshake(s, settled, now, out)
 }
 
 /** Ends the handshake: emits each message not already held, then offers the next grant. */
-const completeHandshake = (
-  s: Draft,
-  token: string,
-  messages: ReadonlyArray<PendingMessage>,
-  known: ReadonlyArray<boolean>,
-  now: number,
-  out: Out
-): void => {
-  s.handshake = idle
-  s.lastCompletedToken = token
-  for (let index = 0; index < messages.length; index++) {
-    if (known[index] !== true) emit(s, messages[index])
+const completeHandshake = (s: Draft, settled: ProducerHandshake.Settled<PendingMessage>, now: number, out: Out): void => {
+  ProducerHandshake.complete(s, settled)
+  for (let index = 0; index < settled.messages.length; index++) {
+    if (settled.known[index] !== true) emit(s, settled.messages[index])
   }
   sendWithinDemand(s, out)
   offerGrantIfDue(s, now, out)
@@ -658,19 +497,11 @@ const sequenced = (
 // Timer and durable lifecycle
 
 /** When the retry timer must next look at the handshake; undefined when nothing waits on it. */
-export const nextDeadline = (state: ProducerState): number | undefined => {
-  const handshake = state.handshake
-  return handshake._tag === "Granted" || handshake._tag === "Stored" ? handshake.offeredAt + state.config.retryIntervalMs : undefined
-}
+export const nextDeadline = (state: ProducerState): number | undefined =>
+  ProducerHandshake.nextDeadline(state.handshake, state.config.retryIntervalMs)
 
 /** The retry timer offers an unanswered grant, or the grant of an unacknowledged Stored, again. */
-const onTick = (s: Draft, now: number, out: Out): void => {
-  const handshake = s.handshake
-  if ((handshake._tag === "Granted" || handshake._tag === "Stored") && now - handshake.offeredAt >= s.config.retryIntervalMs) {
-    s.handshake = { ...handshake, offeredAt: now }
-    out.push({ _tag: "Offer", grant: handshake.grant })
-  }
-}
+const onTick = (s: Draft, now: number, out: Out): void => ProducerHandshake.retry(s, now, out)
 
 /**
  * A durable controller starts from what the queue holds: accepted, unconfirmed entries become the

@@ -1,25 +1,27 @@
 /**
  * The fiber shell around `ProducerMachine`: it owns the controller's inbox, its retry timer and
  * (when durable) its durable lane, folds events through the pure machine and performs the
- * actions. Endpoint calls (`produce`, `storedAck`) fold in the caller's fiber: a fold is
- * synchronous, so the JS thread already serializes them with the inbox fiber's folds.
+ * actions. Endpoint calls (`produce`, `storedAck`) fold in the caller's fiber
+ * (`internal/ProducerCalls`, shared with work-pulling): a fold is synchronous, so the JS thread
+ * already serializes them with the inbox fiber's folds.
  */
-import { Deferred, Duration, Effect, Either, FiberId, FiberSet, Queue, Schedule } from "effect"
-import type { Scope } from "effect"
+import { Duration, Effect, FiberSet, Queue } from "effect"
+import type { Either, Scope } from "effect"
 import type { EndpointRecord } from "../internal/EndpointRegistry.js"
 import { sameAddress } from "../Protocol/Address.js"
 import type { ControllerAddress } from "../Protocol/Address.js"
 import type { DeliveryConfirmed, RequestNext, Stored, StoredAck } from "../Protocol/Contract.js"
-import { PayloadEncodeError, ProducerContractError } from "../Protocol/Errors.js"
-import type { FrameTooLarge } from "../Protocol/Errors.js"
-import { Signal } from "../internal/Signal.js"
+import type { ProducerContractError } from "../Protocol/Errors.js"
 import type { StopOutcome } from "../internal/StopOutcome.js"
 import type { PayloadCodec } from "../Protocol/PayloadCodec.js"
 import type { Envelope } from "../Protocol/WireMessage.js"
 import type { SystemInternals } from "../ReliableSystem.js"
 import type { DurableProducerQueueService } from "../DurableQueue/DurableProducerQueue.js"
 import * as DurableLane from "./DurableLane.js"
+import * as DeadlineTimer from "./internal/DeadlineTimer.js"
 import * as FrameFit from "./internal/FrameFit.js"
+import * as ProducerCalls from "./internal/ProducerCalls.js"
+import type { Handshake } from "./internal/ProducerHandshake.js"
 import * as Machine from "./ProducerMachine.js"
 
 export interface ProducerSettings {
@@ -35,7 +37,7 @@ export interface ProducerSettings {
 }
 
 /** Why a produce call can fail. */
-export type ProduceError = ProducerContractError | PayloadEncodeError | FrameTooLarge
+export type ProduceError = ProducerCalls.ProduceError
 
 /** What the controller tells its endpoint. */
 export interface ProducerHooks {
@@ -84,7 +86,7 @@ export interface ProducerController<A> {
     | Either.Either<ReadonlyArray<Stored>, ProduceError>
     | Effect.Effect<ReadonlyArray<Stored>, ProduceError>
   /** The handshake as it stands (the everyday `send` path recovers abandoned handshakes with it). */
-  readonly handshake: () => Machine.Handshake
+  readonly handshake: () => Handshake
   /** Wire seqs the consumer granted beyond what is already emitted. */
   readonly freeDemand: () => number
   readonly stats: () => ProducerStats
@@ -134,24 +136,16 @@ export const make = <A>(
       sessionId: config.sessionId,
       chunkSize: settings.chunkSize
     })
-    const replies = new Map<string, Deferred.Deferred<ReadonlyArray<Stored>, ProducerContractError>>()
     const counters = { sent: 0, resent: 0, confirmed: 0, dropped: 0 }
     const now = () => clock.unsafeCurrentTimeMillis()
     let state: Machine.ProducerState
     let stoppedWith: StopOutcome | undefined
-    let timerIdle = false
-    const timerWake = new Signal()
+    const timer = DeadlineTimer.make()
 
     const stop = (outcome: StopOutcome) => {
       if (stoppedWith !== undefined) return
       stoppedWith = outcome
-      for (const [token, reply] of replies) {
-        Deferred.unsafeDone(reply, Effect.fail(new ProducerContractError({
-          reason: "StaleGrant",
-          message: `the controller of "${settings.endpoint}" stopped before grant ${token} was stored; take a new grant`
-        })))
-      }
-      replies.clear()
+      calls.abandon()
       hooks.stopped(outcome)
     }
 
@@ -184,16 +178,11 @@ export const make = <A>(
           }
           case "Offer":
             hooks.offerGrant(action.grant)
-            if (timerIdle) timerWake.fire()
+            timer.wake()
             break
-          case "Answer": {
-            const reply = replies.get(action.token)
-            if (reply !== undefined) {
-              replies.delete(action.token)
-              Deferred.unsafeDone(reply, Either.isRight(action.result) ? Effect.succeed(action.result.right) : Effect.fail(action.result.left))
-            }
+          case "Answer":
+            calls.settle(action)
             break
-          }
           case "AckRejected":
             break
           case "Verify":
@@ -241,6 +230,18 @@ export const make = <A>(
       return next.actions
     }
 
+    const calls: ProducerCalls.Calls<A> = ProducerCalls.make({
+      endpoint: settings.endpoint,
+      codec,
+      durable: config.durable,
+      now,
+      stopped: () => stoppedWith !== undefined,
+      check: (grant, messageId, payload) => Machine.checkProduced(state, grant, messageId, payload),
+      answeredBefore: (grant, messageId) => Machine.answeredBefore(state, grant, messageId),
+      refuse: frameFit === undefined ? undefined : frameFit.produced,
+      dispatch
+    })
+
     const started = Machine.initial(config, now())
     state = started.state
     perform(started.actions)
@@ -255,118 +256,16 @@ export const make = <A>(
       }))))
     // The retry timer sleeps until the handshake's deadline, so a re-offer happens exactly one
     // interval after the offer; with nothing outstanding it waits for the next offer instead.
-    const tickThenDelay: Effect.Effect<number> = Effect.suspend(() => {
-      dispatch({ _tag: "Tick", now: now() })
-      const deadline = Machine.nextDeadline(state)
-      if (deadline !== undefined) return Effect.succeed(Math.max(1, deadline - now()))
-      timerIdle = true
-      return Effect.map(timerWake.next(), () => {
-        timerIdle = false
-        const next = Machine.nextDeadline(state)
-        return next === undefined ? 0 : Math.max(1, next - now())
-      })
-    })
-    yield* Effect.forkScoped(Effect.repeat(
-      tickThenDelay,
-      Schedule.identity<number>().pipe(Schedule.addDelay((delayMs) => Duration.millis(delayMs)))
-    ))
-
-    const findAnswer = (actions: ReadonlyArray<Machine.ProducerAction>, token: string) => {
-      for (const action of actions) {
-        if (action._tag === "Answer" && action.token === token) return action.result
-      }
-      return undefined
-    }
-
-    const stoppedError = (grant: RequestNext) =>
-      new ProducerContractError({
-        reason: "StaleGrant",
-        message: `the controller of "${settings.endpoint}" has stopped; grant ${grant.token} is void, take a new one`
-      })
-
-    type Answer = Either.Either<ReadonlyArray<Stored>, ProduceError>
-
-    /**
-     * Validates and encodes every item and folds one Produce. Volatile controllers answer in the
-     * same fold; durable ones answer when the store completes (the returned Deferred).
-     */
-    const produceNow = (
-      grant: RequestNext,
-      items: ReadonlyArray<{ readonly messageId: string; readonly payload: A }>,
-      acknowledged = false
-    ): Answer | Deferred.Deferred<ReadonlyArray<Stored>, ProducerContractError> => {
-      if (stoppedWith !== undefined) return Either.left(stoppedError(grant))
-      const encoded: Array<Machine.ProduceItem> = []
-      for (const item of items) {
-        const invalid = Machine.checkProduced(state, grant, item.messageId, item.payload)
-        if (invalid !== undefined) return Either.left(invalid)
-        if (items.length === 1) {
-          const before = Machine.answeredBefore(state, grant, item.messageId)
-          if (before !== undefined) return Either.map(before, (stored) => [stored])
-        }
-        const bytes = codec.encode(item.payload)
-        if (Either.isLeft(bytes)) {
-          const error = new PayloadEncodeError({ endpointName: settings.endpoint, messageId: item.messageId, cause: bytes.left })
-          dispatch({ _tag: "Fail", stage: "Protocol", cause: error })
-          return Either.left(error)
-        }
-        const refused = frameFit?.produced(item.messageId, bytes.right.length)
-        if (refused !== undefined) return Either.left(refused)
-        encoded.push({ messageId: item.messageId, payload: bytes.right })
-      }
-      const event: Machine.ProducerEvent = acknowledged
-        ? { _tag: "ProduceAcked", grant, items: encoded, now: now() }
-        : { _tag: "Produce", grant, items: encoded, now: now() }
-      const answered = findAnswer(dispatch(event), grant.token)
-      if (answered !== undefined) return answered
-      if (stoppedWith !== undefined) return Either.left(stoppedError(grant))
-      let reply = replies.get(grant.token)
-      if (reply === undefined) {
-        reply = Deferred.unsafeMake<ReadonlyArray<Stored>, ProducerContractError>(FiberId.none)
-        replies.set(grant.token, reply)
-      }
-      return reply
-    }
-
-    const produceAll = (grant: RequestNext, items: ReadonlyArray<{ readonly messageId: string; readonly payload: A }>) =>
-      Effect.suspend((): Effect.Effect<ReadonlyArray<Stored>, ProduceError> => {
-        const answered = produceNow(grant, items)
-        return Either.isEither(answered) ? answered : Deferred.await(answered)
-      })
-
-    const ackAll = (token: string) => void dispatch({ _tag: "AckAll", token, now: now() })
-
-    /** The everyday path: produce and acknowledge in one go; synchronous unless durable. */
-    const sendNow = (
-      grant: RequestNext,
-      items: ReadonlyArray<{ readonly messageId: string; readonly payload: A }>
-    ): Answer | Effect.Effect<ReadonlyArray<Stored>, ProduceError> => {
-      // A volatile controller stores in the fold, so produce and acknowledge fold as one event.
-      const answered = produceNow(grant, items, !config.durable)
-      if (!Either.isEither(answered)) return Effect.tap(Deferred.await(answered), () => ackAll(grant.token))
-      if (config.durable && Either.isRight(answered)) ackAll(grant.token)
-      return answered
-    }
-
-    const produce = (grant: RequestNext, messageId: string, payload: A) =>
-      Effect.map(produceAll(grant, [{ messageId, payload }]), (stored) => stored[0])
-
-    const storedAck = (ack: StoredAck) =>
-      Effect.suspend((): Effect.Effect<void, ProducerContractError> => {
-        for (const action of dispatch({ _tag: "StoredAck", ack, now: now() })) {
-          if (action._tag === "AckRejected") return Effect.fail(action.error)
-        }
-        return Effect.void
-      })
+    yield* timer.run({ tick: () => void dispatch({ _tag: "Tick", now: now() }), deadline: () => Machine.nextDeadline(state), now })
 
     return {
       address,
       running: () => stoppedWith === undefined,
-      produce,
-      produceAll,
-      storedAck,
-      ackAll,
-      sendNow,
+      produce: calls.produce,
+      produceAll: calls.produceAll,
+      storedAck: calls.storedAck,
+      ackAll: calls.ackAll,
+      sendNow: calls.sendNow,
       handshake: () => state.handshake,
       freeDemand: () => state.demandUpTo - Machine.lastSeq(state),
       stats: () => ({ ...counters })

@@ -271,7 +271,7 @@ export const make = <A>(
       storedAck: calls.storedAck,
       ackAll: calls.ackAll,
       sendNow: calls.sendNow,
-      handshake: () => state.handshake as never,
+      handshake: () => state.handshake,
       freeDemand: () => Machine.openDemand(state),
       stats: () => ({ sent: counters.sent + counters.dispatched, resent: counters.resent, confirmed: counters.confirmed, dropped: counters.dropped + counters.fenced }),
       workStats

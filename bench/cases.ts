@@ -5,6 +5,7 @@ import { Effect } from "effect"
 import type { Row } from "./Row.js"
 import * as Baseline from "./baseline.js"
 import * as PointToPoint from "./pointToPoint.js"
+import * as Remote from "./remote.js"
 
 export type Case = () => Promise<Row>
 
@@ -14,5 +15,8 @@ export const cases: Record<string, Case> = {
   "baseline": () => run(Baseline.queueHop(1_000_000)),
   "p2p-send-100k": () => run(PointToPoint.send(100_000)),
   "p2p-send-1m": () => run(PointToPoint.send(1_000_000)),
-  "p2p-sendAll-1m": () => run(PointToPoint.sendAll(1_000_000))
+  "p2p-sendAll-1m": () => run(PointToPoint.sendAll(1_000_000)),
+  "p2p-sendAll-1m-w1000": () => run(PointToPoint.sendAll(1_000_000, 1000)),
+  "remote-tcp-1m-w50": () => run(Remote.remote(1_000_000, 50)),
+  "remote-tcp-1m-w1000": () => run(Remote.remote(1_000_000, 1000))
 }

@@ -1,0 +1,94 @@
+/**
+ * Point-to-point between two processes over TCP on 127.0.0.1: this process hosts the producer
+ * (`sendAll` in batches of 1,000), a child process (`remoteConsumer.ts`) the consumer with a no-op
+ * handler. Timed from the first send until the consumer reports the last delivery.
+ */
+import { Deferred, Effect, Layer } from "effect"
+import * as ChildProcess from "node:child_process"
+import * as Readline from "node:readline"
+import { fileURLToPath } from "node:url"
+import * as Producer from "../src/Producer.js"
+import * as ReliableSystem from "../src/ReliableSystem.js"
+import * as SocketTransport from "../src/Transport/SocketTransport.js"
+import { Transport } from "../src/Transport/Transport.js"
+import { benchOrder, BenchOrder } from "./remoteOrder.js"
+import { peakRssMiB } from "./Row.js"
+import type { Row } from "./Row.js"
+
+const host = "127.0.0.1"
+// Run from sources (tsx) or from compiled JavaScript alike.
+const fromSources = import.meta.url.endsWith(".ts")
+const consumerScript = fileURLToPath(new URL(fromSources ? "./remoteConsumer.ts" : "./remoteConsumer.js", import.meta.url))
+const consumerArgs = [
+  ...(process.env.BENCH_CONSUMER_ARGS ?? "").split(" ").filter((arg) => arg.length > 0),
+  ...(fromSources ? ["--import", "tsx"] : []),
+  consumerScript
+]
+const Batch = 1000
+
+/** The consumer process: its port, and a Deferred completed with its peak RSS when it is done. */
+const spawnConsumer = (producerPort: number, messages: number, window: number) =>
+  Effect.gen(function*() {
+    const child = yield* Effect.acquireRelease(
+      Effect.sync(() =>
+        ChildProcess.spawn(process.execPath, consumerArgs, {
+          env: { ...process.env, PEER_PORT: String(producerPort), MESSAGES: String(messages), WINDOW: String(window) },
+          stdio: ["pipe", "pipe", "inherit"]
+        })
+      ),
+      // Closing stdin lets the consumer exit on its own (and write profiles when asked to).
+      (child) =>
+        Effect.async<void>((resume) => {
+          if (child.exitCode !== null || child.signalCode !== null) return resume(Effect.void)
+          const timer = setTimeout(() => child.kill("SIGKILL"), 5_000)
+          child.once("exit", () => {
+            clearTimeout(timer)
+            resume(Effect.void)
+          })
+          child.stdin!.end()
+        })
+    )
+    const listening = yield* Deferred.make<number, Error>()
+    const done = yield* Deferred.make<number, Error>()
+    child.on("exit", (code) => {
+      const error = new Error(`bench consumer exited (${code})`)
+      Deferred.unsafeDone(listening, Effect.fail(error))
+      Deferred.unsafeDone(done, Effect.fail(error))
+    })
+    Readline.createInterface({ input: child.stdout! }).on("line", (line) => {
+      if (line.startsWith("LISTENING ")) Deferred.unsafeDone(listening, Effect.succeed(Number(line.slice(10))))
+      if (line.startsWith("DONE ")) Deferred.unsafeDone(done, Effect.succeed(Number(line.slice(5))))
+    })
+    return { port: yield* Deferred.await(listening), done }
+  })
+
+/**
+ * Sends `messages` orders of about 100 bytes to a consumer process with the given window and
+ * returns the row: rate over the whole run, peak RSS of the larger of the two processes.
+ */
+export const remote = (messages: number, window: number): Effect.Effect<Row, Error> =>
+  Effect.gen(function*() {
+    const transport = (yield* Transport) as SocketTransport.SocketTransportService
+    const consumer = yield* spawnConsumer(transport.port, messages, window)
+    const producer = yield* Producer.make({ name: "bench-out", consumer: "bench-in", payload: BenchOrder, remoteConsumer: { host, port: consumer.port } })
+    const started = performance.now()
+    for (let first = 0; first < messages; first += Batch) {
+      const count = Math.min(Batch, messages - first)
+      yield* producer.sendAll(Array.from({ length: count }, (_, index) => ({ payload: benchOrder(first + index) })))
+    }
+    const consumerRss = yield* Deferred.await(consumer.done)
+    const seconds = (performance.now() - started) / 1000
+    return {
+      name: `remote TCP 127.0.0.1, two processes, sendAll, window ${window}, ${messages.toLocaleString("en")} msgs of ~100 B`,
+      messages,
+      seconds,
+      rate: messages / seconds,
+      unit: "msgs/s",
+      peakRssMiB: Math.max(peakRssMiB(), consumerRss),
+      note: `peak RSS: producer ${peakRssMiB().toFixed(0)} MiB, consumer ${consumerRss.toFixed(0)} MiB`
+    }
+  }).pipe(
+    Effect.scoped,
+    Effect.provide(ReliableSystem.layer().pipe(Layer.provideMerge(SocketTransport.layerSocket({ host, port: 0 })))),
+    Effect.mapError((error) => error instanceof Error ? error : new Error(String(error)))
+  )

@@ -1,9 +1,21 @@
 /**
  * Transports: how envelopes travel between controllers. `layerMemory` for one process,
- * `layerFaulty` to test resends against loss, duplication and reordering.
+ * `layerSocket` (TCP) between processes, `layerFaulty` / `layerWithFaults` to test resends against
+ * loss, duplication and reordering.
  */
 export { Transport } from "./Transport/Transport.js"
 export type { TransportService, TransportStats } from "./Transport/Transport.js"
 export { layerHub, layerMemory, layerMemoryNode, MemoryHub } from "./Transport/MemoryTransport.js"
 export { FaultInjector, layerFaulty, layerWrap as layerWithFaults } from "./Transport/FaultyTransport.js"
 export type { FaultOptions, FaultStats } from "./Transport/FaultyTransport.js"
+export {
+  defaultReconnect,
+  DefaultOutgoingBufferBytes,
+  FrameTooLarge,
+  layerSocket,
+  make as makeSocket,
+  MaxFrameSize,
+  MinFrameSize,
+  SocketTransportError
+} from "./Transport/SocketTransport.js"
+export type { SocketTransportOptions, SocketTransportService, SocketTransportStats } from "./Transport/SocketTransport.js"

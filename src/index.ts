@@ -15,9 +15,14 @@ export {
   PayloadDecodeError,
   PayloadEncodeError,
   ProducerContractError,
+  FrameTooLarge,
   ProtocolViolation,
-  ReliableConfigError
+  ReliableConfigError,
+  ReliablePeerClusterConflict,
+  ReliablePeerRemotingRequired
 } from "./Protocol/Errors.js"
+export type { ReliableEndpointConfigError } from "./Protocol/Errors.js"
+export type { PeerAddress } from "./Protocol/Config.js"
 export { ReliableDeliveryFailed } from "./Protocol/Failure.js"
 export type { ReliableControllerRole, ReliableDeliveryStage } from "./Protocol/Failure.js"
 export {

@@ -146,7 +146,8 @@ export const makeEndpoint = <A>(
       const taken = grant
       if (taken !== undefined) {
         grant = undefined
-        return Effect.succeed(taken)
+        // A grant of a controller that has since stopped is void: wait for the next one.
+        if (controllerOf(taken)?.running() === true) return Effect.succeed(taken)
       }
       return Effect.zipRight(grants.next(), takeGrant)
     })

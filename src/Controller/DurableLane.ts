@@ -37,7 +37,6 @@ export const make = (options: DurableLaneOptions): DurableLane => {
   const { queue } = options
   let epoch: QueueEpoch = 0
   let confirmUpTo: number | undefined
-  const retrying = <A>(effect: Effect.Effect<A, DurableQueueError>) => LaneRunner.retrying(options.retry, effect)
 
   const storeOne = (item: StoreItem): Effect.Effect<StoreResult, DurableQueueError> =>
     item.chunks.length > 1
@@ -49,11 +48,12 @@ export const make = (options: DurableLaneOptions): DurableLane => {
         () => queue.storeChunked(epoch, item.messageId, item.chunks)
       )
 
+  // No retries in here: the lane's guard retries the whole store, which first-write-wins makes safe.
   const storeAll = (items: ReadonlyArray<StoreItem>): Effect.Effect<ReadonlyArray<StoreResult>, DurableQueueError> => {
-    const oneByOne = Effect.forEach(items, (item) => retrying(storeOne(item)))
+    const oneByOne = Effect.forEach(items, storeOne)
     if (items.length === 1 || items.some((item) => item.chunks.length > 1)) return oneByOne
     return Effect.catchTag(
-      retrying(queue.storeBatch(epoch, items.map((item) => ({ messageId: item.messageId, payload: item.chunks[0] })))),
+      queue.storeBatch(epoch, items.map((item) => ({ messageId: item.messageId, payload: item.chunks[0] }))),
       "QueueChunkedBatch",
       () => oneByOne
     )

@@ -85,6 +85,8 @@ export interface ProducerState {
   readonly lastCompletedToken: string | undefined
   /** Store-seq watermark already handed to the durable queue for persistence. */
   readonly persistedConfirmSeq: number
+  /** The latest registration that arrived while loading; answered once loaded. */
+  readonly registrationWhileLoading: Binding | undefined
 }
 
 export type ProducerEvent =
@@ -140,6 +142,7 @@ class StateDraft implements Draft {
   grantCount: number
   lastCompletedToken: string | undefined
   persistedConfirmSeq: number
+  registrationWhileLoading: Binding | undefined
   constructor(from: ProducerState) {
     this.config = from.config
     this.phase = from.phase
@@ -153,6 +156,7 @@ class StateDraft implements Draft {
     this.grantCount = from.grantCount
     this.lastCompletedToken = from.lastCompletedToken
     this.persistedConfirmSeq = from.persistedConfirmSeq
+    this.registrationWhileLoading = from.registrationWhileLoading
   }
 }
 
@@ -170,7 +174,8 @@ export const initial = (config: ProducerConfig, now: number): Step => {
     handshake: ProducerHandshake.idle,
     grantCount: 0,
     lastCompletedToken: undefined,
-    persistedConfirmSeq: 0
+    persistedConfirmSeq: 0,
+    registrationWhileLoading: undefined
   })
   const actions: Out = []
   if (config.durable) actions.push({ _tag: "Load" })
@@ -234,6 +239,11 @@ const dropped = (reason: DropReason, out: Out): void => void out.push({ _tag: "D
 // Consumer-side input
 
 const onWire = (s: Draft, from: ControllerAddress, message: ConsumerToProducer, now: number, out: Out): void => {
+  if (s.phase === "Loading" && message._tag === "RegisterConsumer") {
+    // Answered once loaded, so a consumer does not wait a whole tick for a restarting producer.
+    s.registrationWhileLoading = { address: from, nonce: message.nonce }
+    return
+  }
   if (s.phase !== "Running") return dropped("NotRunning", out)
   switch (message._tag) {
     case "RegisterConsumer":
@@ -463,7 +473,7 @@ const onAcceptCompleted = (s: Draft, token: string, now: number, out: Out): void
 
 /** Ends the handshake: emits each message not already held, then offers the next grant. */
 const completeHandshake = (s: Draft, settled: ProducerHandshake.Settled<PendingMessage>, now: number, out: Out): void => {
-  ProducerHandshake.complete(s, settled)
+  ProducerHandshake.complete(s, settled, out)
   for (let index = 0; index < settled.messages.length; index++) {
     if (settled.known[index] !== true) emit(s, settled.messages[index])
   }
@@ -524,5 +534,8 @@ const onLoaded = (s: Draft, loaded: DurableQueueState, now: number, out: Out): v
     unconfirmed = unconfirmed.append({ storeSeq: entry.seq, message: sequenced(s, business, seq, entry.payload, entry.chunk) })
   }
   s.unconfirmed = unconfirmed
+  const waiting = s.registrationWhileLoading
+  s.registrationWhileLoading = undefined
+  if (waiting !== undefined) onRegister(s, waiting.address, waiting.nonce, out)
   offerGrantIfDue(s, now, out)
 }

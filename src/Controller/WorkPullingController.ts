@@ -170,6 +170,9 @@ export const make = <A>(
           case "Answer":
             calls.settle(action)
             break
+          case "Completed":
+            calls.completed(action.token)
+            break
           case "AckRejected":
             break
           case "Verify":

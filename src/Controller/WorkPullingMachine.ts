@@ -595,7 +595,7 @@ const onAcceptCompleted = (s: Draft, token: string, now: number, out: Out): void
 
 /** Ends the handshake: new jobs join the pool's tail and go out at once where there is demand. */
 const completeHandshake = (s: Draft, settled: Handshake.Settled<Job>, now: number, out: Out): void => {
-  Handshake.complete(s, settled)
+  Handshake.complete(s, settled, out)
   let pool = s.pool
   for (let index = 0; index < settled.messages.length; index++) {
     if (settled.known[index] !== true) pool = pool.append(settled.messages[index])

@@ -48,6 +48,7 @@ export const make = <C>(options: LifecycleOptions<C>): Effect.Effect<Lifecycle<C
     })
 
     const startFresh: Effect.Effect<void> = Effect.gen(function*() {
+      options.onStop?.()
       yield* closeCurrent
       const scope = yield* Scope.fork(endpointScope, ExecutionStrategy.sequential)
       const mine = ++generation

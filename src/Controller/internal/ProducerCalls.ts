@@ -53,6 +53,8 @@ export interface Calls<A> {
   ) => Either.Either<ReadonlyArray<Stored>, ProduceError> | Effect.Effect<ReadonlyArray<Stored>, ProduceError>
   /** The machine answered a grant whose caller may be waiting. */
   readonly settle: (action: AnswerAction) => void
+  /** A handshake ended (durable: its messages were accepted and emitted). */
+  readonly completed: (token: string) => void
   /** The controller stopped: every waiting caller is told to take a new grant. */
   readonly abandon: () => void
 }
@@ -68,12 +70,13 @@ const findAnswer = (actions: ReadonlyArray<{ readonly _tag: string }>, token: st
 
 export const make = <A>(options: CallsOptions<A>): Calls<A> => {
   const replies = new Map<string, Deferred.Deferred<ReadonlyArray<Stored>, ProducerContractError>>()
+  const completions = new Map<string, Deferred.Deferred<void, ProducerContractError>>()
   const { dispatch, now } = options
 
-  const stoppedError = (grant: RequestNext) =>
+  const stoppedError = (grant: RequestNext | string) =>
     new ProducerContractError({
       reason: "StaleGrant",
-      message: `the controller of "${options.endpoint}" has stopped; grant ${grant.token} is void, take a new one`
+      message: `the controller of "${options.endpoint}" has stopped; grant ${typeof grant === "string" ? grant : grant.token} is void, take a new one`
     })
 
   /**
@@ -127,6 +130,29 @@ export const make = <A>(options: CallsOptions<A>): Calls<A> => {
 
   const ackAll = (token: string) => void dispatch({ _tag: "AckAll", token, now: now() })
 
+  /**
+   * Durable `send` resolves only once its messages are accepted and emitted: a message whose
+   * accept never landed is not in the queue's reload, so its sender must not think it is sent.
+   * If the controller stops first, the caller is told to retry (same messageId, same seq).
+   */
+  const acknowledgeAndAwait = (token: string, stored: ReadonlyArray<Stored>) =>
+    Effect.suspend((): Effect.Effect<ReadonlyArray<Stored>, ProducerContractError> => {
+      const done = Deferred.unsafeMake<void, ProducerContractError>(FiberId.none)
+      completions.set(token, done)
+      const actions = dispatch({ _tag: "AckAll", token, now: now() })
+      if (completions.get(token) !== done) return Effect.succeed(stored) // completed within the fold
+      if (options.stopped()) {
+        completions.delete(token)
+        return Effect.fail(stoppedError(token))
+      }
+      if (!actions.some((action) => action._tag === "Accept")) {
+        // Someone else already acknowledged this handshake: the messages are on their way.
+        completions.delete(token)
+        return Effect.succeed(stored)
+      }
+      return Effect.as(Deferred.await(done), stored)
+    })
+
   return {
     produce: (grant, messageId, payload) => Effect.map(produceAll(grant, [{ messageId, payload }]), (stored) => stored[0]),
     produceAll,
@@ -141,9 +167,9 @@ export const make = <A>(options: CallsOptions<A>): Calls<A> => {
     sendNow: (grant, items) => {
       // A volatile controller stores in the fold, so produce and acknowledge fold as one event.
       const answered = produceNow(grant, items, !options.durable)
-      if (!Either.isEither(answered)) return Effect.tap(Deferred.await(answered), () => ackAll(grant.token))
-      if (options.durable && Either.isRight(answered)) ackAll(grant.token)
-      return answered
+      if (!options.durable) return answered as Answer
+      const stored = Either.isEither(answered) ? answered : Deferred.await(answered)
+      return Effect.flatMap(stored, (values) => acknowledgeAndAwait(grant.token, values))
     },
     settle: (action) => {
       const reply = replies.get(action.token)
@@ -151,7 +177,15 @@ export const make = <A>(options: CallsOptions<A>): Calls<A> => {
       replies.delete(action.token)
       Deferred.unsafeDone(reply, Either.isRight(action.result) ? Effect.succeed(action.result.right) : Effect.fail(action.result.left))
     },
+    completed: (token) => {
+      const done = completions.get(token)
+      if (done === undefined) return
+      completions.delete(token)
+      Deferred.unsafeDone(done, Effect.void)
+    },
     abandon: () => {
+      for (const [token, done] of completions) Deferred.unsafeDone(done, Effect.fail(stoppedError(token)))
+      completions.clear()
       for (const [token, reply] of replies) {
         Deferred.unsafeDone(reply, Effect.fail(new ProducerContractError({
           reason: "StaleGrant",

@@ -83,9 +83,11 @@ export type AnswerAction = {
 }
 export type AckRejectedAction = { readonly _tag: "AckRejected"; readonly token: string; readonly error: ProducerContractError }
 export type AcceptAction = { readonly _tag: "Accept"; readonly token: string; readonly messageIds: ReadonlyArray<string> }
+/** A handshake ended: its messages are emitted (or were already held). */
+export type CompletedAction = { readonly _tag: "Completed"; readonly token: string }
 
 /** The contract actions the rules below emit. */
-export type HandshakeAction = OfferAction | AnswerAction | AckRejectedAction | AcceptAction
+export type HandshakeAction = OfferAction | AnswerAction | AckRejectedAction | AcceptAction | CompletedAction
 
 /** Where the rules push their actions: any machine's action list whose union includes them. */
 export interface Sink {
@@ -303,7 +305,8 @@ export const acceptCompleted = <M>(s: HandshakeDraft<M>, token: string): Settled
 }
 
 /** Ends the handshake; the machine then emits the settled messages not `known` and offers again. */
-export const complete = <M>(s: HandshakeDraft<M>, settled: Settled<M>): void => {
+export const complete = <M>(s: HandshakeDraft<M>, settled: Settled<M>, out: Sink): void => {
   s.handshake = idle
   s.lastCompletedToken = settled.grant.token
+  out.push({ _tag: "Completed", token: settled.grant.token })
 }

@@ -1,12 +1,13 @@
 /**
- * The hand-written SequencedMessage decode of the frame reader must agree with the Schema: it
- * may pass an input to the Schema, but whatever it accepts the Schema accepts, with the same value.
+ * The hand-written SequencedMessage paths of the frame codec must agree with JSON and the Schema:
+ * they may hand an input to the general path, but whatever they accept decodes to the same value.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Either, Schema } from "effect"
 import * as SeededRandom from "../../src/internal/SeededRandom.js"
 import { SequencedMessage, WireMessage } from "../../src/Protocol/WireMessage.js"
 import { encodeFrame, FrameReader, makeBodyDecoder, sequencedFast, writeFrame } from "../../src/Transport/internal/FrameCodec.js"
+import { readHeader, writeHeader } from "../../src/Transport/internal/SequencedJson.js"
 
 const decodeSchema = Schema.decodeUnknownEither(WireMessage)
 
@@ -68,5 +69,70 @@ describe("FrameCodec SequencedMessage fast path", () => {
       new FrameReader(1 << 20, false).push(bytes, (buffer, start, end, owned) => decoded.push(decode(buffer, start, end, owned)?.message))
       expect(decoded).toEqual([message])
     }
+  })
+})
+
+describe("SequencedMessage header without a generic JSON pass", () => {
+  // Characters JSON writes as they are, then characters it escapes.
+  const plain = ["a", "Z", "0", "-", ":", " ", "\u007f", "é", "€", "😀", "\u2028", "/"]
+  const escaped = ["\"", "\\", "\n", "\u0001"]
+
+  const randomText = (random: SeededRandom.SeededRandom, escapes: boolean) =>
+    Array.from({ length: random.int(random.chance(0.05) ? 0 : 1, 12) }, () =>
+      escapes && random.chance(0.3) ? escaped[random.int(0, escaped.length - 1)] : plain[random.int(0, plain.length - 1)]).join("")
+
+  const randomMessage = (random: SeededRandom.SeededRandom): SequencedMessage => {
+    const escapes = random.chance(0.3)
+    const seq = random.chance(0.1) ? random.int(1, 9) * 10 ** random.int(10, 15) : random.int(1, 10_000)
+    const base = { _tag: "SequencedMessage" as const, sessionId: randomText(random, escapes), messageId: randomText(random, escapes), seq, payload: new Uint8Array([7]) }
+    return random.chance(0.5) ? base : { ...base, chunk: { first: random.chance(0.5), last: random.chance(0.5) } }
+  }
+
+  /** What the general path makes of the same bytes: JSON.parse of the UTF-8 text. */
+  const viaJson = (bytes: Buffer) => {
+    const { _tag, ...rest } = JSON.parse(bytes.toString("utf8"))
+    return { chunk: undefined, ...rest }
+  }
+
+  it("reads what it writes exactly as JSON.parse does, and declines everything it does not recognise", () => {
+    const random = SeededRandom.make(4242)
+    let read = 0
+    for (let run = 0; run < 20_000; run++) {
+      const message = randomMessage(random)
+      let bytes = Buffer.from(writeHeader(message))
+      if (random.chance(0.3)) {
+        // Damage it: flip, drop or insert a byte, or rewrite it as equivalent but different JSON.
+        const position = random.int(0, bytes.length - 1)
+        const choice = random.int(0, 3)
+        if (choice === 0) bytes[position] = random.int(0, 255)
+        else if (choice === 1) bytes = Buffer.concat([bytes.subarray(0, position), bytes.subarray(position + 1)])
+        else if (choice === 2) bytes = Buffer.concat([bytes.subarray(0, position), Buffer.from([random.int(0, 127)]), bytes.subarray(position)])
+        else bytes = Buffer.from(JSON.stringify(JSON.parse(bytes.toString()), null, 1))
+      }
+      const header = readHeader(bytes, 0, bytes.length)
+      if (header === undefined) continue
+      read++
+      let expected: unknown
+      try {
+        expected = viaJson(bytes)
+      } catch {
+        expect.fail(`read a header JSON.parse rejects: ${bytes.toString()}`)
+      }
+      expect(header, bytes.toString()).toEqual(expected)
+    }
+    expect(read).toBeGreaterThan(10_000)
+  })
+
+  it("falls back to the general path for other layouts of the same message", () => {
+    const decode = makeBodyDecoder()
+    const address = { node: "127.0.0.1:1", endpoint: "e", incarnation: "i" }
+    const frame = encodeFrame({ from: address, to: address, message: { _tag: "SequencedMessage", sessionId: "s", messageId: "m\\x", seq: 3, payload: new Uint8Array([1]) } })
+    const reordered = Buffer.from(JSON.stringify({ seq: 3, messageId: "m\\x", sessionId: "s", _tag: "SequencedMessage" }))
+    expect(readHeader(reordered, 0, reordered.length)).toBeUndefined()
+    const bytes = Buffer.alloc(frame.size - frame.message.length + reordered.length)
+    writeFrame(bytes, 0, { ...frame, message: reordered, size: frame.size - frame.message.length + reordered.length })
+    const decoded: Array<unknown> = []
+    new FrameReader(1 << 20, false).push(bytes, (buffer, start, end, owned) => decoded.push(decode(buffer, start, end, owned)?.message))
+    expect(decoded).toEqual([{ _tag: "SequencedMessage", sessionId: "s", messageId: "m\\x", seq: 3, payload: new Uint8Array([1]) }])
   })
 })

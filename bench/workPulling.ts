@@ -1,0 +1,82 @@
+/**
+ * Work-pulling benchmarks: no-op jobs through `sendAll` to 1, 2, 4 or 8 in-process workers on
+ * the memory transport, and the same flow with the PostgreSQL durable work queue (every job
+ * stored, accepted and confirmed in the database). Each function returns one `Row`.
+ */
+import { PgClient } from "@effect/sql-pg"
+import { SqlClient } from "@effect/sql/SqlClient"
+import { Deferred, Duration, Effect, Layer, Redacted, Schema } from "effect"
+import { randomUUID } from "node:crypto"
+import type { DurableWorkQueueService } from "../src/DurableQueue/DurableWorkQueue.js"
+import * as SqlWorkQueue from "../src/DurableQueue/SqlWorkQueue.js"
+import * as ReliableSystem from "../src/ReliableSystem.js"
+import * as MemoryTransport from "../src/Transport/MemoryTransport.js"
+import * as WorkPulling from "../src/WorkPulling.js"
+import { measure } from "./Row.js"
+
+const Job = Schema.Struct({ jobId: Schema.Number, kind: Schema.String })
+
+/** One dispatcher, `workers` no-op workers, `jobs` jobs sent in batches of 1000. */
+const flow = (jobs: number, workers: number, window: number, durableWorkQueue: DurableWorkQueueService | undefined) =>
+  Effect.gen(function*() {
+    const producer = yield* WorkPulling.producer({
+      name: "bench-dispatcher",
+      payload: Job,
+      ...(durableWorkQueue === undefined ? {} : { durableWorkQueue })
+    })
+    const done = yield* Deferred.make<void>()
+    let completed = 0
+    for (let index = 0; index < workers; index++) {
+      const worker = yield* WorkPulling.worker({ name: `bench-worker-${index}`, producer: "bench-dispatcher", payload: Job, window })
+      yield* Effect.forkScoped(worker.run(() =>
+        Effect.sync(() => {
+          if (++completed === jobs) Deferred.unsafeDone(done, Effect.void)
+        })
+      ))
+    }
+    const batch = 1000
+    for (let first = 0; first < jobs; first += batch) {
+      const count = Math.min(batch, jobs - first)
+      yield* producer.sendAll(Array.from({ length: count }, (_, index) => ({ payload: { jobId: first + index, kind: "noop" } })))
+    }
+    yield* Deferred.await(done)
+  }).pipe(
+    Effect.scoped,
+    Effect.provide(ReliableSystem.layer().pipe(Layer.provide(MemoryTransport.layerMemory)))
+  )
+
+/** No-op jobs over `workers` in-process workers (memory transport, no durable queue). */
+export const inProcess = (jobs: number, workers: number, window = 50) =>
+  measure(
+    `work-pulling sendAll, ${workers} worker${workers === 1 ? "" : "s"} (window ${window}), ${jobs.toLocaleString("en")} no-op jobs`,
+    jobs,
+    flow(jobs, workers, window, undefined),
+    "jobs/s"
+  )
+
+export const pgUrl = process.env.RELIABLE_PG_URL ?? "postgres://postgres@127.0.0.1:5432/test"
+
+/** The PostgreSQL work queue on fresh, randomly named tables that are dropped afterwards. */
+const withPgQueue = <A, E>(use: (queue: DurableWorkQueueService) => Effect.Effect<A, E>) =>
+  Effect.gen(function*() {
+    const suffix = randomUUID().replaceAll("-", "").slice(0, 12)
+    const tablePrefix = `bench_${suffix}_`
+    const context = yield* Layer.build(PgClient.layer({ url: Redacted.make(pgUrl), connectTimeout: Duration.seconds(5) }))
+    const sql = yield* Effect.provide(SqlClient, context)
+    yield* Effect.addFinalizer(() =>
+      Effect.ignore(Effect.forEach(["work_entries", "work_queues", "migrations"], (table) => sql`DROP TABLE IF EXISTS ${sql(`${tablePrefix}${table}`)}`))
+    )
+    const queue = yield* Effect.provide(SqlWorkQueue.make({ queueName: `bench-${suffix}`, tablePrefix }), context)
+    return yield* use(queue)
+  }).pipe(Effect.scoped)
+
+/** No-op jobs over `workers` workers with every job stored, accepted and confirmed in PostgreSQL. */
+export const durablePg = (jobs: number, workers = 4, window = 250) =>
+  withPgQueue((queue) =>
+    measure(
+      `work-pulling sendAll + PostgreSQL work queue, ${workers} workers (window ${window}), ${jobs.toLocaleString("en")} no-op jobs`,
+      jobs,
+      flow(jobs, workers, window, queue),
+      "jobs/s"
+    )
+  )

@@ -1,0 +1,104 @@
+/**
+ * A job dispatcher (`npx tsx examples/job-dispatcher.ts`): one work-pulling producer hands
+ * thumbnail jobs to a pool of workers that changes while it runs. Three workers start; a fourth
+ * joins; one slows down (it pulls less from then on); one dies mid-job (its unconfirmed jobs go
+ * back to the pool and survivors redo them under their original ids). At the end it prints what
+ * each worker did and checks that every job was done.
+ */
+import { Console, Deferred, Duration, Effect, ExecutionStrategy, Exit, Layer, Schema, Scope } from "effect"
+import { ReliableSystem, Transport, WorkPulling } from "../src/index.js"
+
+const Thumbnail = Schema.Struct({ imageId: Schema.Number, width: Schema.Int })
+
+const jobs = 1_500
+
+const program = Effect.gen(function*() {
+  const programScope = yield* Effect.scope
+  const dispatcher = yield* WorkPulling.producer({
+    name: "job-dispatcher",
+    payload: Thumbnail,
+    // Also how often bound workers are re-checked: a dead worker's jobs come back within this.
+    retryInterval: "100 millis"
+  })
+
+  // Every job done, by worker; `finished` keys by messageId, the stable deduplication key.
+  const doneBy: Record<string, number> = {}
+  const finished = new Set<string>()
+  let redone = 0
+  const allDone = yield* Deferred.make<void>()
+  const workMs: Record<string, number> = {}
+
+  /** A worker in its own scope: closing the scope is the worker dying. */
+  const startWorker = (name: string, millisPerJob: number) =>
+    Effect.gen(function*() {
+      workMs[name] = millisPerJob
+      doneBy[name] = 0
+      // A child of the program's scope: the program's end closes every worker still running.
+      const scope = yield* Scope.fork(programScope, ExecutionStrategy.sequential)
+      const worker = yield* WorkPulling.worker({
+        name,
+        producer: "job-dispatcher",
+        payload: Thumbnail,
+        window: 10,
+        resendInterval: "200 millis"
+      }).pipe(Scope.extend(scope))
+      yield* Effect.forkIn(worker.run((delivery) =>
+        Effect.gen(function*() {
+          yield* Effect.sleep(Duration.millis(workMs[name]))
+          doneBy[name]++
+          if (finished.has(delivery.messageId)) redone++
+          finished.add(delivery.messageId)
+          if (finished.size === jobs) Deferred.unsafeDone(allDone, Effect.void)
+        })
+      ), scope)
+      return scope
+    })
+
+  const started = Date.now()
+  const at = (millis: number) => Effect.sleep(Duration.millis(Math.max(0, started + millis - Date.now())))
+  const say = (text: string) => Console.log(`  ${String(Date.now() - started).padStart(5)} ms  ${text}`)
+
+  yield* Console.log(`dispatching ${jobs} thumbnail jobs to a changing pool of workers`)
+  yield* startWorker("worker-1", 2)
+  yield* startWorker("worker-2", 2)
+  const doomed = yield* startWorker("worker-3", 2)
+  yield* say("worker-1, worker-2 and worker-3 started (2 ms per job)")
+
+  yield* Effect.forkScoped(Effect.forEach(
+    Array.from({ length: jobs }, (_, imageId) => imageId),
+    (imageId) => dispatcher.send({ imageId, width: 256 }, { messageId: `thumbnail-${imageId}` }),
+    { discard: true }
+  ))
+
+  yield* at(400)
+  yield* startWorker("worker-4", 2)
+  yield* say("worker-4 joined")
+  yield* at(800)
+  workMs["worker-2"] = 30
+  yield* say("worker-2 slowed down to 30 ms per job")
+  yield* at(1_200)
+  const before = yield* WorkPulling.stats("job-dispatcher")
+  const held = before.perWorker.find((worker) => worker.worker === "worker-3")?.inFlight ?? 0
+  yield* Scope.close(doomed, Exit.void)
+  yield* say(`worker-3 died holding ${held} unconfirmed job(s)`)
+
+  yield* Deferred.await(allDone).pipe(
+    Effect.timeoutFail({ duration: Duration.seconds(30), onTimeout: () => new Error("the jobs were not all done within 30s") })
+  )
+  yield* say("every job done")
+  const stats = yield* WorkPulling.stats("job-dispatcher")
+
+  yield* Console.log("")
+  yield* Console.log("jobs done per worker:")
+  for (const [name, count] of Object.entries(doneBy)) yield* Console.log(`  ${name}: ${String(count).padStart(5)}`)
+  yield* Console.log(`distinct jobs done: ${finished.size} of ${jobs}; done again after requeue: ${redone}`)
+  yield* Console.log(`requeued by the dispatcher: ${stats.requeued}; workers now bound: ${stats.workers}`)
+  if (finished.size !== jobs) return yield* Effect.fail(new Error("some jobs were lost"))
+})
+
+const layer = ReliableSystem.layer().pipe(Layer.provideMerge(Transport.layerMemory))
+
+Effect.runPromise(program.pipe(Effect.scoped, Effect.provide(layer))).catch((error) => {
+  console.error(error)
+  process.exit(1)
+})

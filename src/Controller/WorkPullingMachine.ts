@@ -90,7 +90,17 @@ export interface WorkState {
   readonly bindingCount: number
   /** When the bound workers are next re-verified; undefined while there are none. */
   readonly nextAuditAt: number | undefined
+  /** The latest registration of each worker endpoint that arrived while loading; verified once loaded. */
+  readonly registrationsWhileLoading: ReadonlyArray<PendingRegistration>
 }
+
+export interface PendingRegistration {
+  readonly address: ControllerAddress
+  readonly nonce: string
+}
+
+/** How many registrations a loading controller remembers (a bound on what spoofed ones can cost). */
+export const MaxRegistrationsWhileLoading = 1024
 
 export type WorkEvent =
   | { readonly _tag: "Wire"; readonly from: ControllerAddress; readonly message: ConsumerToProducer; readonly now: number }
@@ -175,6 +185,7 @@ class StateDraft implements Mutable<WorkState> {
   cursor: number
   bindingCount: number
   nextAuditAt: number | undefined
+  registrationsWhileLoading: ReadonlyArray<PendingRegistration>
   /** Bindings this step copied (so it may change them in place); cleared before the step returns. */
   owned: Array<BindingDraft> | undefined
   constructor(from: WorkState) {
@@ -189,6 +200,7 @@ class StateDraft implements Mutable<WorkState> {
     this.cursor = from.cursor
     this.bindingCount = from.bindingCount
     this.nextAuditAt = from.nextAuditAt
+    this.registrationsWhileLoading = from.registrationsWhileLoading
     this.owned = undefined
   }
 }
@@ -210,7 +222,8 @@ export const initial = (config: WorkConfig): Step => {
     bindings: [],
     cursor: 0,
     bindingCount: 0,
-    nextAuditAt: undefined
+    nextAuditAt: undefined,
+    registrationsWhileLoading: []
   })
   return { state, actions: config.durable ? [{ _tag: "Load" }] : [] }
 }
@@ -362,6 +375,7 @@ const endBinding = (s: Draft, index: number, reason: EndReason, cause: ProtocolV
 // Worker input
 
 const onWire = (s: Draft, from: ControllerAddress, message: ConsumerToProducer, now: number, out: Out): void => {
+  if (s.phase === "Loading" && message._tag === "RegisterConsumer") return rememberRegistration(s, from, message.nonce, out)
   if (s.phase !== "Running") return dropped("NotRunning", out)
   switch (message._tag) {
     case "RegisterConsumer":
@@ -371,6 +385,16 @@ const onWire = (s: Draft, from: ControllerAddress, message: ConsumerToProducer, 
     case "Ack":
       return onAck(s, from, message, now, out)
   }
+}
+
+/**
+ * A registration while loading is verified once loaded, so workers do not wait a whole tick for
+ * a restarting producer. Only each endpoint's latest one is kept, and only so many.
+ */
+const rememberRegistration = (s: Draft, from: ControllerAddress, nonce: string, out: Out): void => {
+  const others = s.registrationsWhileLoading.filter((pending) => pending.address.endpoint !== from.endpoint)
+  if (others.length >= MaxRegistrationsWhileLoading) return dropped("NotRunning", out)
+  s.registrationsWhileLoading = [...others, { address: from, nonce }]
 }
 
 /** Registration grants no demand. The bound controller re-registering needs no new verification. */
@@ -634,5 +658,7 @@ const onLoaded = (s: Draft, loaded: WorkQueueState, now: number, out: Out): void
   s.phase = "Running"
   s.lastStoreSeq = loaded.currentSeq
   s.pool = SeqLog.from(loaded.pending.map((entry): Job => ({ storeSeq: entry.seq, messageId: entry.messageId, payload: entry.payload })))
+  for (const pending of s.registrationsWhileLoading) onRegister(s, pending.address, pending.nonce, out)
+  s.registrationsWhileLoading = []
   offerGrantIfDue(s, now, out)
 }

@@ -170,10 +170,17 @@ describe("WorkPullingMachine", () => {
       ])
     })
 
-    it("a registration while loading is dropped (the worker registers again on its tick)", () => {
+    it("registrations while loading are verified once loaded (each worker's latest one)", () => {
       const loading = Machine.initial(config({ durable: true })).state
-      expect(run(loading, register(w1, "n1")).actions).toEqual([{ _tag: "Dropped", reason: "NotRunning" }])
+      const waiting = run(loading, register(w1, "n1"), register(w2, "m1"), register(w1, "n2"))
+      expect(waiting.actions).toEqual([])
       expect(run(loading, verified(w1)).actions).toEqual([{ _tag: "Dropped", reason: "NotRunning" }])
+      const loaded = run(waiting.state, { _tag: "Loaded", state: { currentSeq: 0, pending: [] }, now: 0 })
+      expect(loaded.actions).toEqual([
+        { _tag: "Verify", address: w2, nonce: "m1" },
+        { _tag: "Verify", address: w1, nonce: "n2" }
+      ])
+      expect(loaded.state.registrationsWhileLoading).toEqual([])
     })
   })
 

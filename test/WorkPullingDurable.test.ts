@@ -133,6 +133,27 @@ describe("work-pulling with a durable work queue", () => {
     )
   })
 
+  it.scoped("DeliveryConfirmed repeats, with the same store seq, when a reloaded job is confirmed again", () =>
+    Effect.gen(function*() {
+      // A queue whose confirmations never land: what a crash right after the worker confirmed leaves.
+      const inner = yield* MemoryWorkQueue.make
+      const queue: DurableWorkQueueService = { ...inner, confirmMessage: () => Effect.void, confirmBatch: () => Effect.void }
+      const producer = yield* WorkPulling.producer({ name: "dispatcher", payload: Job, durableWorkQueue: queue, deliveryConfirmation: true })
+      const confirmations = yield* producer.subscribeConfirmations
+      const done: Array<string> = []
+      const worker = yield* WorkPulling.worker({ name: "w1", producer: "dispatcher", payload: Job, resendInterval: "200 millis" })
+      yield* Effect.forkScoped(worker.run((delivery) => Effect.sync(() => void done.push(delivery.messageId))))
+      yield* Effect.forkScoped(producer.send({ n: 1 }, { messageId: "job-1" }))
+      yield* advanceUntil(() => done.length === 1, 50, 5_000)
+      yield* advanceUntil(() => false, 50, 200).pipe(Effect.ignore)
+      yield* ReliableSystem.respawn("dispatcher")
+      yield* advanceUntil(() => done.length === 2, 50, 10_000)
+      yield* advanceUntil(() => false, 50, 200).pipe(Effect.ignore)
+      const notices = Chunk.toReadonlyArray(yield* Queue.takeAll(confirmations))
+      expect(done).toEqual(["job-1", "job-1"])
+      expect(notices.map((notice) => [notice.messageId, notice.seq])).toEqual([["job-1", 1], ["job-1", 1]])
+    }).pipe(Effect.provide(system())))
+
   describe("durable failures", () => {
     type Operation = keyof DurableWorkQueueService
     /** A memory queue whose operations fail while `failing(operation)` says so. */

@@ -49,7 +49,7 @@ const spawnConsumer = (producerPort: number, messages: number, window: number) =
         })
     )
     const listening = yield* Deferred.make<number, Error>()
-    const done = yield* Deferred.make<number, Error>()
+    const done = yield* Deferred.make<{ readonly rssMiB: number; readonly cpuMs: number }, Error>()
     child.on("exit", (code) => {
       const error = new Error(`bench consumer exited (${code})`)
       Deferred.unsafeDone(listening, Effect.fail(error))
@@ -57,7 +57,10 @@ const spawnConsumer = (producerPort: number, messages: number, window: number) =
     })
     Readline.createInterface({ input: child.stdout! }).on("line", (line) => {
       if (line.startsWith("LISTENING ")) Deferred.unsafeDone(listening, Effect.succeed(Number(line.slice(10))))
-      if (line.startsWith("DONE ")) Deferred.unsafeDone(done, Effect.succeed(Number(line.slice(5))))
+      if (line.startsWith("DONE ")) {
+        const [rssMiB, cpuMs] = line.slice(5).split(" ").map(Number)
+        Deferred.unsafeDone(done, Effect.succeed({ rssMiB, cpuMs }))
+      }
     })
     return { port: yield* Deferred.await(listening), done }
   })
@@ -72,20 +75,26 @@ export const remote = (messages: number, window: number): Effect.Effect<Row, Err
     const consumer = yield* spawnConsumer(transport.port, messages, window)
     const producer = yield* Producer.make({ name: "bench-out", consumer: "bench-in", payload: BenchOrder, remoteConsumer: { host, port: consumer.port } })
     const started = performance.now()
+    const cpuBefore = process.cpuUsage()
     for (let first = 0; first < messages; first += Batch) {
       const count = Math.min(Batch, messages - first)
       yield* producer.sendAll(Array.from({ length: count }, (_, index) => ({ payload: benchOrder(first + index) })))
     }
-    const consumerRss = yield* Deferred.await(consumer.done)
+    const consumerDone = yield* Deferred.await(consumer.done)
     const seconds = (performance.now() - started) / 1000
+    const cpu = process.cpuUsage(cpuBefore)
+    // CPU per message on each side: the figure that does not depend on what else the machine runs.
+    const producerUs = (cpu.user + cpu.system) / messages
+    const consumerUs = (consumerDone.cpuMs * 1000) / messages
     return {
       name: `remote TCP 127.0.0.1, two processes, sendAll, window ${window}, ${messages.toLocaleString("en")} msgs of ~100 B`,
       messages,
       seconds,
       rate: messages / seconds,
       unit: "msgs/s",
-      peakRssMiB: Math.max(peakRssMiB(), consumerRss),
-      note: `peak RSS: producer ${peakRssMiB().toFixed(0)} MiB, consumer ${consumerRss.toFixed(0)} MiB`
+      peakRssMiB: Math.max(peakRssMiB(), consumerDone.rssMiB),
+      note: `CPU/msg: producer ${producerUs.toFixed(1)} µs, consumer ${consumerUs.toFixed(1)} µs (incl. startup); ` +
+        `peak RSS: producer ${peakRssMiB().toFixed(0)} MiB, consumer ${consumerDone.rssMiB.toFixed(0)} MiB`
     }
   }).pipe(
     Effect.scoped,

@@ -1,8 +1,8 @@
 /**
  * The consumer node of the remote benchmark, run as its own process by `remote.ts`:
  * `PEER_PORT=<producer port> MESSAGES=<n> WINDOW=<w> node --import tsx bench/remoteConsumer.ts`.
- * Prints `LISTENING <port>`, then `DONE <peak RSS MiB>` once it has processed `MESSAGES`
- * deliveries; exits when stdin closes.
+ * Prints `LISTENING <port>`, then `DONE <peak RSS MiB> <CPU ms>` once it has processed
+ * `MESSAGES` deliveries; exits when stdin closes.
  */
 import { Effect, Layer } from "effect"
 import * as Consumer from "../src/Consumer.js"
@@ -31,7 +31,10 @@ const program = Effect.gen(function*() {
   let received = 0
   return yield* consumer.run(() =>
     Effect.sync(() => {
-      if (++received === messages) process.stdout.write(`DONE ${process.resourceUsage().maxRSS / 1024}\n`)
+      if (++received === messages) {
+        const cpu = process.cpuUsage()
+        process.stdout.write(`DONE ${process.resourceUsage().maxRSS / 1024} ${(cpu.user + cpu.system) / 1000}\n`)
+      }
     })
   )
 })

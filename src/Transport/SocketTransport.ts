@@ -30,7 +30,8 @@ import {
   MaxFrameSize,
   Preamble,
   writeFrame,
-  writeFrames
+  writeFrames,
+  writeFramesInto
 } from "./internal/FrameCodec.js"
 import type { EncodedFrame } from "./internal/FrameCodec.js"
 import { InboxCapacity } from "./MemoryTransport.js"
@@ -194,6 +195,12 @@ interface Peer {
   readonly frames: Array<EncodedFrame>
   pendingBytes: number
   inFlightBytes: number
+  /**
+   * The batch buffer of the current connection, reused write after write (each write completes
+   * before the next batch is taken): per-write allocations of up to 512 KiB otherwise dominate
+   * the garbage collector's work at high rates. Fresh per connection.
+   */
+  batch: Buffer | undefined
   wake: (() => void) | undefined
 }
 
@@ -287,7 +294,9 @@ const takeBatch = (peer: Peer, counters: Counters): Buffer => {
   let size = frames[0].size
   let count = 1
   while (count < frames.length && size + frames[count].size <= BatchBytes) size += frames[count++].size
-  const bytes = writeFrames(frames, 0, count, size)
+  const bytes = size <= BatchBytes
+    ? writeFramesInto((peer.batch ??= Buffer.allocUnsafeSlow(BatchBytes)).subarray(0, size), frames, 0, count)
+    : writeFrames(frames, 0, count, size)
   frames.splice(0, count)
   peer.pendingBytes -= size
   peer.inFlightBytes = size
@@ -314,6 +323,8 @@ const writeLoop = (
 /** One connection's life; succeeds with whether it ever connected. */
 const session = (peer: Peer, config: Config, counters: Counters): Effect.Effect<boolean> => {
   let connected = false
+  // A write interrupted with its connection may still be referenced by that socket: never reuse.
+  peer.batch = undefined
   return Effect.scoped(Effect.gen(function*() {
     const socket = yield* NodeSocket.fromDuplex(dial(peer.host, peer.port), { openTimeout: config.connectTimeout })
     const write = yield* socket.writer
@@ -417,7 +428,7 @@ export const make = (
       if (existing !== undefined) return existing
       const address = parseNode(target)
       if (address === undefined) return undefined
-      const peer: Peer = { node: target, ...address, frames: [], pendingBytes: 0, inFlightBytes: 0, wake: undefined }
+      const peer: Peer = { node: target, ...address, frames: [], pendingBytes: 0, inFlightBytes: 0, wake: undefined, batch: undefined }
       peers.set(target, peer)
       runPeer(peerLoop(peer, config, counters, peers))
       return peer

@@ -103,11 +103,14 @@ export const writeFrame = (out: Buffer, offset: number, frame: EncodedFrame): nu
 }
 
 /** Concatenates frames into one buffer: one socket write. */
-export const writeFrames = (frames: ReadonlyArray<EncodedFrame>, start: number, end: number, size: number): Buffer => {
-  const out = Buffer.allocUnsafe(size)
+export const writeFrames = (frames: ReadonlyArray<EncodedFrame>, start: number, end: number, size: number): Buffer =>
+  writeFramesInto(Buffer.allocUnsafe(size), frames, start, end)
+
+/** Concatenates frames into `out` from offset 0; returns the written part. */
+export const writeFramesInto = (out: Buffer, frames: ReadonlyArray<EncodedFrame>, start: number, end: number): Buffer => {
   let offset = 0
   for (let index = start; index < end; index++) offset = writeFrame(out, offset, frames[index])
-  return out
+  return offset === out.length ? out : out.subarray(0, offset)
 }
 
 const AddressCacheLimit = 256

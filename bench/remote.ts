@@ -26,7 +26,7 @@ const consumerArgs = [
 ]
 const Batch = 1000
 
-/** The consumer process: its port, and a Deferred completed with its peak RSS when it is done. */
+/** The consumer process: its port, and a Deferred completed with its peak RSS and CPU time when it is done. */
 const spawnConsumer = (producerPort: number, messages: number, window: number) =>
   Effect.gen(function*() {
     const child = yield* Effect.acquireRelease(

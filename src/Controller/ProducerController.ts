@@ -244,6 +244,8 @@ export const make = <A>(
       refuse: frameFit === undefined ? undefined : frameFit.produced,
       dispatch
     })
+    // Closing the scope (a respawn, or the endpoint's end) releases every waiting caller.
+    yield* Effect.addFinalizer(() => Effect.sync(() => calls.abandon()))
 
     const started = Machine.initial(config, now())
     state = started.state

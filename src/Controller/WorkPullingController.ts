@@ -232,6 +232,8 @@ export const make = <A>(
       answeredBefore: (grant, messageId) => Machine.answeredBefore(state, grant, messageId),
       dispatch
     })
+    // Closing the scope (a respawn, or the endpoint's end) releases every waiting caller.
+    yield* Effect.addFinalizer(() => Effect.sync(() => calls.abandon()))
 
     const started = Machine.initial(config)
     state = started.state

@@ -3,9 +3,11 @@
  * The run happens in a "world": one system on the faulty memory transport under TestClock, or
  * two nodes on real sockets wrapped by the faulty layer under the live clock.
  */
-import { Context, Effect, Exit, Fiber, Layer, Schema, Scope } from "effect"
+import { Context, Effect, Exit, Fiber, Layer, Queue, Schema, Scope } from "effect"
 import type { Duration } from "effect"
 import * as Consumer from "../../src/Consumer.js"
+import { flakyProducerQueue } from "../../src/DurableQueue/FlakyQueue.js"
+import * as MemoryProducerQueue from "../../src/DurableQueue/MemoryProducerQueue.js"
 import * as SeededRandom from "../../src/internal/SeededRandom.js"
 import type { PeerAddress } from "../../src/Protocol/Config.js"
 import * as Producer from "../../src/Producer.js"
@@ -27,6 +29,24 @@ export interface FaultPlan {
   /** Deliveries after which the consumer is closed and made again; empty: never. */
   readonly restartsAfter: ReadonlyArray<number>
   readonly window: number
+  /** A durable producer on a flaky queue, respawned (a crash) after these many deliveries. */
+  readonly durable?: {
+    readonly failureRate: number
+    readonly producerRestartsAfter: ReadonlyArray<number>
+  }
+}
+
+/** A durable plan: the same seeded faults plus a flaky durable queue and producer crashes. */
+export const durablePlanFor = (seed: number, restarts: boolean): FaultPlan => {
+  const plan = planFor(seed, restarts)
+  const random = SeededRandom.make(seed * 7 + 1)
+  return {
+    ...plan,
+    durable: {
+      failureRate: 0.05 + random.next() * 0.2,
+      producerRestartsAfter: [random.int(1, plan.messages / 2), random.int(plan.messages / 2, plan.messages - 1)]
+    }
+  }
 }
 
 /** Derives a whole run from one seed. */
@@ -117,13 +137,22 @@ export const socketWorld = (plan: FaultPlan): Effect.Effect<FaultWorld, Error, S
 export const runPlan = (plan: FaultPlan, makeWorld: (plan: FaultPlan) => Effect.Effect<FaultWorld, Error, Scope.Scope> = memoryWorld) =>
   Effect.gen(function*() {
     const world = yield* makeWorld(plan)
+    const queue = plan.durable === undefined
+      ? undefined
+      : flakyProducerQueue(yield* MemoryProducerQueue.make, { seed: plan.seed, failureRate: plan.durable.failureRate })
     const producer = yield* Producer.make({
       name: "orders-out",
       consumer: "orders-in",
       payload: Order,
       retryInterval: "50 millis",
+      ...(queue === undefined ? {} : { durableQueue: queue }),
       ...(world.remoteConsumer === undefined ? {} : { remoteConsumer: world.remoteConsumer })
     }).pipe(Effect.provide(world.producer))
+    const producerSystem = Context.get(world.producer, ReliableSystem.ReliableSystem)
+    // The operator: a flaky queue can exhaust a reload's retries (a terminal Load event); respawn.
+    const failures = yield* producerSystem.subscribeFailures
+    yield* Effect.forkScoped(Effect.forever(Effect.zipRight(Queue.take(failures), producerSystem.respawn("orders-out").pipe(Effect.ignore))))
+    const producerRestarts = [...(plan.durable?.producerRestartsAfter ?? [])]
     const received: Array<Received> = []
     let incarnation = 0
     let scope: Scope.CloseableScope | undefined
@@ -152,15 +181,22 @@ export const runPlan = (plan: FaultPlan, makeWorld: (plan: FaultPlan) => Effect.
 
     const restarts = [...plan.restartsAfter]
     const allSeen = () => new Set(received.map((entry) => entry.index)).size === plan.messages
-    yield* world.until(() => {
-      if (restarts.length > 0 && received.length >= restarts[0]) return true
-      return allSeen()
-    }, Number(process.env.FAULT_LIMIT ?? 600_000))
-    while (restarts.length > 0) {
-      restarts.shift()
-      yield* Scope.close(scope!, Exit.void)
-      yield* startConsumer
-      yield* world.until(() => (restarts.length > 0 && received.length >= restarts[0]) || allSeen(), Number(process.env.FAULT_LIMIT ?? 600_000))
+    const restartDue = () =>
+      (restarts.length > 0 && received.length >= restarts[0]) ||
+      (producerRestarts.length > 0 && received.length >= producerRestarts[0])
+    yield* world.until(() => restartDue() || allSeen(), Number(process.env.FAULT_LIMIT ?? 600_000))
+    while (restartDue()) {
+      if (producerRestarts.length > 0 && received.length >= producerRestarts[0]) {
+        producerRestarts.shift()
+        yield* producerSystem.respawn("orders-out")
+      } else {
+        restarts.shift()
+        yield* Scope.close(scope!, Exit.void)
+        yield* startConsumer
+      }
+      yield* world.until(() => restartDue() || allSeen(), Number(process.env.FAULT_LIMIT ?? 600_000)).pipe(
+        Effect.tapError(() => Effect.sync(() => console.error(`stuck during restarts: received ${received.length} distinct ${new Set(received.map((e) => e.index)).size}, producer restarts left ${producerRestarts}, consumer restarts left ${restarts}`)))
+      )
     }
     yield* world.until(allSeen, Number(process.env.FAULT_LIMIT ?? 600_000)).pipe(
       Effect.tapError(() =>
@@ -182,6 +218,7 @@ export const violation = (plan: FaultPlan, received: ReadonlyArray<Received>): s
   for (let index = 0; index < plan.messages; index++) {
     if (!seen.has(index)) return `message ${index} never delivered`
   }
+  if (plan.durable !== undefined) return orderedAtLeastOnce(received.map((entry) => entry.index))
   if (plan.restartsAfter.length === 0) {
     const indices = received.map((entry) => entry.index)
     const expected = Array.from({ length: plan.messages }, (_, index) => index)
@@ -201,3 +238,16 @@ export const violation = (plan: FaultPlan, received: ReadonlyArray<Received>): s
   return undefined
 }
 
+/**
+ * At least once, in order, across producer sessions: deliveries form contiguous runs, and a new
+ * run (a redelivery after a restart) may go back but never skips past what was delivered.
+ */
+const orderedAtLeastOnce = (indices: ReadonlyArray<number>): string | undefined => {
+  let highest = -1
+  for (let position = 0; position < indices.length; position++) {
+    const index = indices[position]
+    if (index > highest + 1) return `delivery skipped from ${highest} to ${index}: ${indices.join(",")}`
+    highest = Math.max(highest, index)
+  }
+  return undefined
+}

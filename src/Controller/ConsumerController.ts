@@ -109,8 +109,8 @@ export const make = <A>(
     const resolve = Effect.flatMap(system.lookup(settings.producer, settings.producerNode), (record) =>
       Effect.sync(() => dispatch({ _tag: "Resolved", producer: producerAddress(record, settings), now: now() })))
 
-    const deliver = (inFlight: Machine.InFlight) => {
-      const decoded = codec.decode(inFlight.payload)
+    const deliver = (inFlight: Machine.InFlight, payload: Uint8Array, fresh: boolean) => {
+      const decoded = codec.decode(payload, fresh)
       if (Either.isLeft(decoded)) {
         dispatch({
           _tag: "Fail",
@@ -138,7 +138,7 @@ export const make = <A>(
           case "Deliver":
             if (action.redelivery) counters.redelivered++
             else counters.delivered++
-            deliver(action.delivery)
+            deliver(action.delivery, action.payload, action.fresh)
             break
           case "Fail":
             stopped = true

@@ -27,13 +27,15 @@ export interface Session {
   readonly nonce: string
 }
 
-/** The delivery the endpoint holds: its id, how many seqs (chunks) it covers, when it was handed out. */
+/**
+ * The delivery the endpoint holds: its id, how many seqs (chunks) it covers, when it was handed
+ * out. Its bytes stay in `received` until it is confirmed.
+ */
 export interface InFlight {
   readonly id: number
   readonly messageId: string
   readonly seq: number
   readonly count: number
-  readonly payload: Uint8Array
   readonly deliveredAt: number
 }
 
@@ -51,6 +53,8 @@ export interface ConsumerState {
   /** Received messages beyond a gap, ascending by seq. */
   readonly parked: ReadonlyArray<SequencedMessage>
   readonly inFlight: InFlight | undefined
+  /** Entries at the head of `received` already checked as an incomplete chunk run. */
+  readonly runChecked: number
   readonly deliveries: number
   /** Valid producer traffic arrived since the last tick. */
   readonly heard: boolean
@@ -67,7 +71,11 @@ export type ConsumerEvent =
 export type ConsumerAction =
   | { readonly _tag: "Send"; readonly to: ControllerAddress; readonly message: ConsumerToProducer }
   | { readonly _tag: "Resolve" }
-  | { readonly _tag: "Deliver"; readonly delivery: InFlight; readonly redelivery: boolean }
+  /**
+   * `payload` is fresh when it was reassembled for this hand-out (nobody else holds it); a whole
+   * message's payload is the received wire payload itself.
+   */
+  | { readonly _tag: "Deliver"; readonly delivery: InFlight; readonly payload: Uint8Array; readonly fresh: boolean; readonly redelivery: boolean }
   | { readonly _tag: "Fail"; readonly stage: ReliableDeliveryStage; readonly cause: unknown }
   | { readonly _tag: "Dropped"; readonly reason: "StaleSession" | "UnknownSender" | "BeyondDemand" | "NotRunning" }
 
@@ -90,6 +98,7 @@ class StateDraft implements Draft {
   received: SeqLog<SequencedMessage>
   parked: ReadonlyArray<SequencedMessage>
   inFlight: InFlight | undefined
+  runChecked: number
   deliveries: number
   heard: boolean
   lastGapRequestAt: number
@@ -104,6 +113,7 @@ class StateDraft implements Draft {
     this.received = from.received
     this.parked = from.parked
     this.inFlight = from.inFlight
+    this.runChecked = from.runChecked
     this.deliveries = from.deliveries
     this.heard = from.heard
     this.lastGapRequestAt = from.lastGapRequestAt
@@ -123,6 +133,7 @@ export const initial = (config: ConsumerConfig): Step => ({
     received: SeqLog.empty(),
     parked: [],
     inFlight: undefined,
+    runChecked: 0,
     deliveries: 0,
     heard: false,
     lastGapRequestAt: Number.NEGATIVE_INFINITY
@@ -188,6 +199,7 @@ const onRegistrationAck = (s: Draft, from: ControllerAddress, ack: RegistrationA
     s.received = SeqLog.empty()
     s.parked = []
     s.inFlight = undefined
+    s.runChecked = 0
   }
   const session: Session = { sessionId: ack.sessionId, producer: from, nonce: ack.nonce }
   s.session = session
@@ -262,60 +274,73 @@ const requestGap = (s: Draft, session: Session, now: number, out: Out): void => 
 /**
  * Hands out the next message when nothing is in flight: a whole message at the head, or a chunk
  * run from a first to a last chunk. A run that cannot complete within the window, or that breaks
- * the chunk structure, stops the flow.
+ * the chunk structure, stops the flow. An incomplete run at the head tops demand up to a full
+ * window: nothing is confirmed mid-message, so the usual top-up on confirmation never comes and
+ * the rest of the message could otherwise wait forever.
  */
 const deliverNext = (s: Draft, now: number, out: Out): void => {
   if (s.inFlight !== undefined) return
   const head = s.received.first
   if (head === undefined) return
-  if (head.chunk === undefined) return handOut(s, head.messageId, head.seq, 1, head.payload, now, out)
+  if (head.chunk === undefined) return handOut(s, head.messageId, head.seq, 1, now, out)
   if (!head.chunk.first) return violation(s, `message ${head.messageId} seq ${head.seq} continues a chunk run that never started`, out)
-  const parts: Array<Uint8Array> = [head.payload]
-  let last = head.chunk.last
-  let index = 1
-  while (!last && index < s.received.length) {
+  if (head.chunk.last) return handOut(s, head.messageId, head.seq, 1, now, out)
+  // Chunks already checked by an earlier call are not walked again: a run of n chunks costs O(n).
+  let index = Math.max(1, s.runChecked)
+  let last = false
+  while (index < s.received.length) {
     const part = s.received.at(index)!
     if (part.chunk === undefined || part.chunk.first || part.messageId !== head.messageId) {
       return violation(s, `chunk run of message ${head.messageId} broken at seq ${part.seq} (message ${part.messageId})`, out)
     }
-    parts.push(part.payload)
-    last = part.chunk.last
     index++
+    if (part.chunk.last) {
+      last = true
+      break
+    }
   }
-  if (last) return handOut(s, head.messageId, head.seq + index - 1, index, concat(parts), now, out)
-  if (head.seq + index - 1 >= s.confirmedSeq + s.config.window) {
-    violation(
+  if (last) return handOut(s, head.messageId, head.seq + index - 1, index, now, out)
+  s.runChecked = index
+  const windowEnd = s.confirmedSeq + s.config.window
+  if (head.seq + index - 1 >= windowEnd) {
+    return violation(
       s,
       `message ${head.messageId} needs more chunks than the window of ${s.config.window} can hold; ` +
         "raise the consumer window or the producer's chunk size",
       out
     )
   }
+  const session = s.session
+  if (session !== undefined && s.requestedUpTo < windowEnd) {
+    s.requestedUpTo = windowEnd
+    out.push({ _tag: "Send", to: session.producer, message: request(s, session, windowEnd, false) })
+  }
 }
 
-const handOut = (
-  s: Draft,
-  messageId: string,
-  seq: number,
-  count: number,
-  payload: Uint8Array,
-  now: number,
-  out: Out
-): void => {
+const handOut = (s: Draft, messageId: string, seq: number, count: number, now: number, out: Out): void => {
   s.deliveries++
-  const inFlight: InFlight = { id: s.deliveries, messageId, seq, count, payload, deliveredAt: now }
+  s.runChecked = 0
+  const inFlight: InFlight = { id: s.deliveries, messageId, seq, count, deliveredAt: now }
   s.inFlight = inFlight
-  out.push({ _tag: "Deliver", delivery: inFlight, redelivery: false })
+  out.push(deliver(s, inFlight, false))
 }
 
-const concat = (parts: ReadonlyArray<Uint8Array>): Uint8Array => {
+/** A hand-out of the delivery in flight: a chunked message is reassembled for every hand-out. */
+const deliver = (s: Draft, inFlight: InFlight, redelivery: boolean): ConsumerAction =>
+  inFlight.count === 1
+    ? { _tag: "Deliver", delivery: inFlight, payload: s.received.first!.payload, fresh: false, redelivery }
+    : { _tag: "Deliver", delivery: inFlight, payload: reassemble(s.received, inFlight.count), fresh: true, redelivery }
+
+/** One copy: the first `count` received payloads, in order, as one array. */
+const reassemble = (received: SeqLog<SequencedMessage>, count: number): Uint8Array => {
   let length = 0
-  for (const part of parts) length += part.length
+  for (let index = 0; index < count; index++) length += received.at(index)!.payload.length
   const whole = new Uint8Array(length)
   let offset = 0
-  for (const part of parts) {
-    whole.set(part, offset)
-    offset += part.length
+  for (let index = 0; index < count; index++) {
+    const payload = received.at(index)!.payload
+    whole.set(payload, offset)
+    offset += payload.length
   }
   return whole
 }
@@ -353,7 +378,7 @@ const onTick = (s: Draft, now: number, handlerBusy: boolean, out: Out): void => 
   const inFlight = s.inFlight
   if (inFlight !== undefined && !handlerBusy && now - inFlight.deliveredAt >= s.config.resendIntervalMs) {
     s.inFlight = { ...inFlight, deliveredAt: now }
-    out.push({ _tag: "Deliver", delivery: s.inFlight, redelivery: true })
+    out.push(deliver(s, s.inFlight, true))
   }
   if (s.session !== undefined && s.parked.length > 0) requestGap(s, s.session, now, out)
 }

@@ -87,7 +87,7 @@ export interface ProducerController<A> {
     | Effect.Effect<ReadonlyArray<Stored>, ProduceError>
   /** The handshake as it stands (the everyday `send` path recovers abandoned handshakes with it). */
   readonly handshake: () => Handshake
-  /** Wire seqs the consumer granted beyond what is already emitted. */
+  /** Messages the consumer's free demand is worth (with chunking, an estimate). */
   readonly freeDemand: () => number
   readonly stats: () => ProducerStats
 }
@@ -272,7 +272,7 @@ export const make = <A>(
       ackAll: calls.ackAll,
       sendNow: calls.sendNow,
       handshake: () => state.handshake,
-      freeDemand: () => state.demandUpTo - Machine.lastSeq(state),
+      freeDemand: () => Machine.freeMessages(state),
       stats: () => ({ ...counters })
     }
   })

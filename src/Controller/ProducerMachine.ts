@@ -22,6 +22,7 @@ import type { ControllerAddress } from "../Protocol/Address.js"
 import { parseChunkMessageId } from "../Protocol/ChunkId.js"
 import { DeliveryConfirmed } from "../Protocol/Contract.js"
 import type { RequestNext, StoredAck } from "../Protocol/Contract.js"
+import { ProtocolViolation } from "../Protocol/Errors.js"
 import type { ReliableDeliveryStage } from "../Protocol/Failure.js"
 import type { Ack, ChunkMark, ConsumerToProducer, ProducerToConsumer, Request, SequencedMessage } from "../Protocol/WireMessage.js"
 import type { DurableQueueState, StoreResult } from "../DurableQueue/DurableProducerQueue.js"
@@ -87,6 +88,8 @@ export interface ProducerState {
   readonly persistedConfirmSeq: number
   /** The latest registration that arrived while loading; answered once loaded. */
   readonly registrationWhileLoading: Binding | undefined
+  /** Wire seqs the latest emitted message took (0 before the first one). */
+  readonly lastParts: number
 }
 
 export type ProducerEvent =
@@ -143,6 +146,7 @@ class StateDraft implements Draft {
   lastCompletedToken: string | undefined
   persistedConfirmSeq: number
   registrationWhileLoading: Binding | undefined
+  lastParts: number
   constructor(from: ProducerState) {
     this.config = from.config
     this.phase = from.phase
@@ -157,6 +161,7 @@ class StateDraft implements Draft {
     this.lastCompletedToken = from.lastCompletedToken
     this.persistedConfirmSeq = from.persistedConfirmSeq
     this.registrationWhileLoading = from.registrationWhileLoading
+    this.lastParts = from.lastParts
   }
 }
 
@@ -175,7 +180,8 @@ export const initial = (config: ProducerConfig, now: number): Step => {
     grantCount: 0,
     lastCompletedToken: undefined,
     persistedConfirmSeq: 0,
-    registrationWhileLoading: undefined
+    registrationWhileLoading: undefined,
+    lastParts: 0
   })
   const actions: Out = []
   if (config.durable) actions.push({ _tag: "Load" })
@@ -184,6 +190,18 @@ export const initial = (config: ProducerConfig, now: number): Step => {
 }
 
 export const lastSeq = (state: ProducerState): number => state.confirmedSeq + state.unconfirmed.length
+
+/**
+ * How many messages the free demand is worth: wire seqs when messages are never chunked; with
+ * chunking, an estimate from the latest message's chunk count (one message until there is one),
+ * so a batch of large messages does not encode far more than the consumer can take.
+ */
+export const freeMessages = (state: ProducerState): number => {
+  const free = state.demandUpTo - lastSeq(state)
+  if (free <= 0) return 0
+  if (state.config.chunkSize === undefined) return free
+  return state.lastParts === 0 ? 1 : Math.max(1, Math.floor(free / state.lastParts))
+}
 
 export const step = (state: ProducerState, event: ProducerEvent): Step => {
   if (state.phase === "Stopped") return { state, actions: [{ _tag: "Dropped", reason: "NotRunning" }] }
@@ -290,7 +308,20 @@ const staleReason = (s: Draft, from: ControllerAddress, sessionId: string, nonce
 }
 
 const checkConfirmation = (s: Draft, confirmedSeq: number) =>
-  confirmationViolation(`consumer ${s.config.consumer}`, confirmedSeq, lastSeq(s))
+  confirmationViolation(`consumer ${s.config.consumer}`, confirmedSeq, lastSeq(s)) ?? midMessage(s, confirmedSeq)
+
+/**
+ * A consumer confirms whole messages only. A watermark inside a chunk run would be persisted
+ * and reloaded as a run without its first chunk, which no consumer could ever deliver.
+ */
+const midMessage = (s: Draft, confirmedSeq: number): ProtocolViolation | undefined => {
+  if (confirmedSeq <= s.confirmedSeq) return undefined
+  const entry = s.unconfirmed.at(confirmedSeq - s.confirmedSeq - 1)
+  if (entry === undefined || isMessageEnd(entry)) return undefined
+  return new ProtocolViolation({
+    message: `consumer ${s.config.consumer} confirmed seq ${confirmedSeq}, inside the chunks of message ${entry.message.messageId}`
+  })
+}
 
 const checkDemand = (s: Draft, request: Request) => demandViolation(`consumer ${s.config.consumer}`, request)
 
@@ -490,6 +521,7 @@ const emit = (s: Draft, message: PendingMessage): void => {
     unconfirmed = unconfirmed.append({ storeSeq: part.storeSeq, message: sequenced(s, message.messageId, seq, part.payload, part.chunk) })
   }
   s.unconfirmed = unconfirmed
+  s.lastParts = message.parts.length
 }
 
 const sequenced = (

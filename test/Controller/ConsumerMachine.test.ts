@@ -23,7 +23,7 @@ const run = (state: ConsumerState, ...events: ReadonlyArray<ConsumerEvent>) => {
 const tags = (actions: ReadonlyArray<ConsumerAction>) => actions.map((action) => action._tag)
 const sentMessages = (actions: ReadonlyArray<ConsumerAction>) => actions.flatMap((action) => action._tag === "Send" ? [action.message] : [])
 const delivered = (actions: ReadonlyArray<ConsumerAction>) =>
-  actions.flatMap((action) => action._tag === "Deliver" ? [[action.delivery.seq, text(action.delivery.payload)] as const] : [])
+  actions.flatMap((action) => action._tag === "Deliver" ? [[action.delivery.seq, text(action.payload)] as const] : [])
 
 const resolved = (address = producer): ConsumerEvent => ({ _tag: "Resolved", producer: address, now: 0 })
 const regAck = (nonce: string, nextSeq = 1, sessionId = "s1", from = producer): ConsumerEvent => ({
@@ -247,6 +247,105 @@ describe("ConsumerMachine", () => {
       expect(failure.cause.message).toContain(reason)
     })
 
+    it("a run of exactly the window's size is delivered; one chunk more fails", () => {
+      const fits = run(registered(3), message(1, { id: "big", chunk: first }), message(2, { id: "big", chunk: middle }), message(3, { id: "big", chunk: last }))
+      expect(delivered(fits.actions)).toEqual([[3, "m1m2m3"]])
+      const over = run(registered(3), message(1, { id: "big", chunk: first }), message(2, { id: "big", chunk: middle }), message(3, { id: "big", chunk: middle }))
+      expect(over.state.phase).toBe("Stopped")
+      expect(tags(over.actions)).toContain("Fail")
+    })
+
+    it("a lone chunk marked first and last is one whole message", () => {
+      const { actions } = run(registered(4), message(1, { id: "one", chunk: { first: true, last: true } }), message(2))
+      expect(delivered(actions)).toEqual([[1, "m1"]])
+    })
+
+    it("reassembles chunks that arrive out of order, and ignores duplicate chunks", () => {
+      const { actions, state } = run(
+        registered(4),
+        message(3, { id: "big", chunk: last }),
+        message(1, { id: "big", chunk: first }),
+        message(1, { id: "big", chunk: first }),
+        message(2, { id: "big", chunk: middle })
+      )
+      expect(delivered(actions)).toEqual([[3, "m1m2m3"]])
+      expect(state.parked).toEqual([])
+    })
+
+    it("delivers back-to-back runs and whole messages in order, each under its last seq", () => {
+      let state = run(
+        registered(8),
+        message(1, { id: "a", chunk: first }),
+        message(2, { id: "a", chunk: last }),
+        message(3),
+        message(4, { id: "b", chunk: first }),
+        message(5, { id: "b", chunk: last })
+      ).state
+      const seen: Array<readonly [number, string]> = []
+      for (let round = 0; round < 3; round++) {
+        const next = run(state, confirm(state))
+        seen.push(...delivered(next.actions))
+        state = next.state
+      }
+      expect(seen).toEqual([[3, "m3"], [5, "m4m5"]])
+      expect(state.confirmedSeq).toBe(5)
+    })
+
+    it("a chunked delivery confirms all its seqs at once and tops demand up from there", () => {
+      let state = run(registered(4), message(1, { id: "big", chunk: first }), message(2, { id: "big", chunk: middle }), message(3, { id: "big", chunk: last })).state
+      const { actions, state: next } = run(state, confirm(state))
+      expect(sentMessages(actions)).toEqual([
+        { _tag: "Request", sessionId: "s1", nonce: "c1.1", confirmedSeq: 3, requestUpToSeq: 7, viaTimeout: false }
+      ])
+      state = next
+      expect(state.received.length).toBe(0)
+    })
+
+    it("an incomplete run at the head tops demand up to a full window, so a long message can drain", () => {
+      // Window 4: m1 takes seq 1; after its confirmation demand (up to 4) is not yet topped up, but
+      // the next message needs seqs 2..5.
+      let state = run(registered(4), message(1)).state
+      state = run(state, message(2, { id: "big", chunk: first }), message(3, { id: "big", chunk: middle }), message(4, { id: "big", chunk: middle })).state
+      const confirmed = run(state, confirm(state))
+      expect(sentMessages(confirmed.actions)).toEqual([
+        { _tag: "Request", sessionId: "s1", nonce: "c1.1", confirmedSeq: 1, requestUpToSeq: 5, viaTimeout: false }
+      ])
+      // Asked once: more chunks of the same run ask for nothing more.
+      expect(sentMessages(run(confirmed.state, message(4, { id: "big", chunk: middle })).actions)).toEqual([])
+      const done = run(confirmed.state, message(5, { id: "big", chunk: last }))
+      expect(delivered(done.actions)).toEqual([[5, "m2m3m4m5"]])
+    })
+
+    it("a redelivery reassembles the message again: the same bytes in a fresh array", () => {
+      const handed = run(registered(4, 1000), message(1, { id: "big", chunk: first }), message(2, { id: "big", chunk: last }))
+      const original = handed.actions.find((action) => action._tag === "Deliver") as Extract<ConsumerAction, { _tag: "Deliver" }>
+      const again = run(handed.state, tick(1000))
+      const deliveries = again.actions.filter((action) => action._tag === "Deliver")
+      expect(deliveries).toHaveLength(1)
+      const redelivered = deliveries[0] as Extract<ConsumerAction, { _tag: "Deliver" }>
+      expect([original.fresh, redelivered.redelivery, redelivered.fresh, text(redelivered.payload)]).toEqual([true, true, true, "m1m2"])
+      expect(redelivered.payload).not.toBe(original.payload)
+    })
+
+    it("a whole message is handed out as the received bytes, not marked fresh", () => {
+      const { actions } = run(registered(4), message(1))
+      expect(actions.find((action) => action._tag === "Deliver")).toMatchObject({ fresh: false })
+    })
+
+    it("a new session drops a partial run: the reloaded producer's whole message is delivered", () => {
+      let state = run(registered(4), message(1, { id: "big", chunk: first }), message(2, { id: "big", chunk: middle })).state
+      state = run(state, resolved(producer2), regAck("c1.2", 1, "s2", producer2)).state
+      expect(state.received.length).toBe(0)
+      const s2 = { sessionId: "s2", from: producer2 }
+      const { actions } = run(
+        state,
+        message(1, { ...s2, id: "big", chunk: first }),
+        message(2, { ...s2, id: "big", chunk: middle }),
+        message(3, { ...s2, id: "big", chunk: last })
+      )
+      expect(delivered(actions)).toEqual([[3, "m1m2m3"]])
+    })
+
     it("fails naming both remedies when a message needs more chunks than the window", () => {
       const { actions, state } = run(
         registered(2),
@@ -256,6 +355,8 @@ describe("ConsumerMachine", () => {
       expect(state.phase).toBe("Stopped")
       const failure = actions.find((action) => action._tag === "Fail") as { cause: Error }
       expect(failure.cause.message).toContain("raise the consumer window or the producer's chunk size")
+      expect(failure.cause.message).toContain("window of 2")
+      expect(failure).toMatchObject({ stage: "Protocol" })
     })
   })
 })

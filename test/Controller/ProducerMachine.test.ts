@@ -2,7 +2,9 @@ import { describe, expect, it } from "@effect/vitest"
 import { Either } from "effect"
 import * as Machine from "../../src/Controller/ProducerMachine.js"
 import type { ProducerAction, ProducerConfig, ProducerEvent, ProducerState } from "../../src/Controller/ProducerMachine.js"
-import { MaxWindow } from "../../src/Protocol/Config.js"
+import type { StoreResult } from "../../src/DurableQueue/DurableProducerQueue.js"
+import { chunkMessageId } from "../../src/Protocol/ChunkId.js"
+import { MaxWindow, MinChunkSize } from "../../src/Protocol/Config.js"
 import { RequestNext, StoredAck } from "../../src/Protocol/Contract.js"
 import type { Stored } from "../../src/Protocol/Contract.js"
 import type { SequencedMessage } from "../../src/Protocol/WireMessage.js"
@@ -357,6 +359,195 @@ describe("ProducerMachine", () => {
     it("a payload of exactly the chunk size is one whole message", () => {
       const { actions } = produceOne(bound(10, { chunkSize: 4 }), "m", bytes("0123"))
       expect((sent(actions) as Array<SequencedMessage>).map((m) => m.chunk)).toEqual([undefined])
+    })
+
+    it.each([
+      ["one byte under the chunk size", 1023, [1023]],
+      ["exactly the chunk size", 1024, [1024]],
+      ["one byte over", 1025, [1024, 1]],
+      ["exactly twice the chunk size", 2048, [1024, 1024]],
+      ["one byte under three times", 3071, [1024, 1024, 1023]],
+      ["exactly three times", 3072, [1024, 1024, 1024]],
+      ["one byte over three times", 3073, [1024, 1024, 1024, 1]]
+    ] as const)("split: %s (%i bytes) gives chunks of %j", (_, length, sizes) => {
+      const payload = new Uint8Array(length).map((_, index) => index & 0xff)
+      const chunks = Machine.split(payload, 1024)
+      expect(chunks.map((chunk) => chunk.length)).toEqual(sizes)
+      // Views of the encoded payload, not copies; together exactly the payload.
+      for (const chunk of chunks) expect(chunk.buffer).toBe(payload.buffer)
+      expect(Buffer.concat(chunks)).toEqual(Buffer.from(payload))
+    })
+
+    it("split: without a chunk size any payload is one part", () => {
+      const payload = new Uint8Array(5000)
+      expect(Machine.split(payload, undefined)).toEqual([payload])
+    })
+
+    it("split: a 1 MiB payload at the minimum chunk size is 1024 chunks of 1 KiB", () => {
+      const chunks = Machine.split(new Uint8Array(1024 * 1024), MinChunkSize)
+      expect(chunks).toHaveLength(1024)
+      expect(chunks.every((chunk) => chunk.length === MinChunkSize)).toBe(true)
+    })
+
+    it("one Produced gets one Stored; every chunk carries the business id; marks only on the first and last", () => {
+      const state = bound(50, { chunkSize: 4 })
+      const grant = grantOf(state)
+      const { actions } = run(state, { _tag: "Produce", grant, items: [{ messageId: "big", payload: bytes("0123456789abcdef!") }], now: 0 })
+      const answers = actions.filter((action) => action._tag === "Answer")
+      expect(answers).toHaveLength(1)
+      const answer = answers[0] as Extract<ProducerAction, { _tag: "Answer" }>
+      expect(Either.isRight(answer.result) && answer.result.right.map((stored) => [stored.messageId, stored.seq])).toEqual([["big", 5]])
+      const acked = run(run(state, { _tag: "Produce", grant, items: [{ messageId: "big", payload: bytes("0123456789abcdef!") }], now: 0 }).state, {
+        _tag: "StoredAck",
+        ack: StoredAck.make(storedOf(actions)),
+        now: 0
+      })
+      const messages = sent(acked.actions) as Array<SequencedMessage>
+      expect(messages.map((m) => [m.messageId, m.chunk?.first, m.chunk?.last, new TextDecoder().decode(m.payload)])).toEqual([
+        ["big", true, false, "0123"],
+        ["big", false, false, "4567"],
+        ["big", false, false, "89ab"],
+        ["big", false, false, "cdef"],
+        ["big", false, true, "!"]
+      ])
+    })
+
+    it("confirmations report business messages: one DeliveryConfirmed per message, with its last chunk's store seq", () => {
+      let state = bound(20, { chunkSize: 4, deliveryConfirmation: true })
+      state = produceOne(state, "a", bytes("0123456789")).state
+      state = produceOne(state, "b", bytes("xy")).state
+      const { actions } = run(state, ackEvent(4))
+      const notify = actions.find((action) => action._tag === "Notify") as Extract<ProducerAction, { _tag: "Notify" }>
+      expect(notify.confirmed.map((c) => [c.messageId, c.seq])).toEqual([["a", 3], ["b", 4]])
+      let quiet = bound(20, { chunkSize: 4 })
+      quiet = produceOne(quiet, "a", bytes("0123456789")).state
+      expect(run(quiet, ackEvent(3)).actions).toContainEqual({ _tag: "Confirmed", count: 1 })
+    })
+
+    it.each([
+      ["an Ack", ackEvent(2)],
+      ["a Request", request(2, 12)]
+    ] as const)("a confirmation inside a chunked message (%s) is a protocol violation", (_, event) => {
+      const state = produceOne(bound(10, { chunkSize: 4 }), "big", bytes("0123456789")).state
+      const { actions, state: next } = run(state, event)
+      expect(next.phase).toBe("Stopped")
+      const failure = actions.find((action) => action._tag === "Fail") as { stage: string; cause: Error }
+      expect(failure.stage).toBe("Protocol")
+      expect(failure.cause.message).toContain("inside the chunks of message big")
+    })
+
+    it("offers no grant while chunks beyond demand are held; the timeout resend covers only what was sent", () => {
+      const state = bound(2, { chunkSize: 4 })
+      const { actions, state: held } = produceOne(state, "big", bytes("0123456789"))
+      expect(tags(actions)).not.toContain("Offer")
+      expect(held.sentUpTo).toBe(2)
+      const resent = run(held, request(0, 2, { viaTimeout: true }))
+      expect(seqs(resent.actions, "Resend")).toEqual([1, 2])
+      const grown = run(held, request(0, 5))
+      expect(seqs(grown.actions)).toEqual([3])
+      expect(tags(grown.actions)).toContain("Offer")
+    })
+
+    it("freeMessages: free demand in messages, estimated from the latest message's chunk count", () => {
+      expect(Machine.freeMessages(bound(10))).toBe(10)
+      let state = bound(10, { chunkSize: 4 })
+      expect(Machine.freeMessages(state)).toBe(1)
+      state = produceOne(state, "big", bytes("0123456789")).state
+      expect(Machine.freeMessages(state)).toBe(2)
+      state = produceOne(state, "more", bytes("0123456789")).state
+      state = produceOne(state, "more2", bytes("0123456789")).state
+      // One seq left: worth the one message a grant takes.
+      expect(Machine.freeMessages(state)).toBe(1)
+      state = produceOne(state, "more3", bytes("0123456789")).state
+      expect(Machine.freeMessages(state)).toBe(0)
+    })
+  })
+
+  describe("chunking, durable", () => {
+    const loaded = (upTo = 20) =>
+      run(Machine.initial(config({ durable: true, chunkSize: 4 }), 0).state, {
+        _tag: "Loaded",
+        state: { currentSeq: 0, confirmedSeq: 0, unconfirmed: [] },
+        now: 0
+      }, verified(), request(0, upTo)).state
+    const chunkEntry = (seq: number, index: number, count: number, payload: string) => ({
+      seq,
+      messageId: chunkMessageId("big", index, count),
+      payload: bytes(payload),
+      chunk: { first: index === 0, last: index === count - 1 }
+    })
+
+    it("stores a chunked message as one Store item carrying every chunk", () => {
+      const state = loaded()
+      const grant = grantOf(state)
+      const { actions } = run(state, { _tag: "Produce", grant, items: [{ messageId: "big", payload: bytes("0123456789") }], now: 0 })
+      expect(actions).toHaveLength(1)
+      const store = actions[0] as Extract<ProducerAction, { _tag: "Store" }>
+      expect(store.items.map((item) => [item.messageId, item.chunks.map((chunk) => new TextDecoder().decode(chunk))])).toEqual([
+        ["big", ["0123", "4567", "89"]]
+      ])
+    })
+
+    const settle = (state: ProducerState, results: ReadonlyArray<StoreResult>) => {
+      const grant = grantOf(state)
+      const storing = run(state, { _tag: "Produce", grant, items: [{ messageId: "big", payload: bytes("fresh") }], now: 0 }).state
+      const stored = run(storing, { _tag: "StoreCompleted", token: grant.token, results, now: 0 })
+      const value = storedOf(stored.actions)
+      const emitted = run(stored.state, { _tag: "StoredAck", ack: StoredAck.make(value), now: 0 }, { _tag: "AcceptCompleted", token: grant.token, now: 0 })
+      return { stored: value, messages: sent(emitted.actions) as Array<SequencedMessage>, state: emitted.state }
+    }
+
+    it("a resubmission follows the stored shape: stored chunked, the fresh encoding whole", () => {
+      const { messages, stored } = settle(loaded(), [{
+        messageId: "big",
+        entries: [chunkEntry(1, 0, 3, "ab"), chunkEntry(2, 1, 3, "cd"), chunkEntry(3, 2, 3, "e")],
+        alreadyStored: true,
+        accepted: false
+      }])
+      expect(stored).toMatchObject({ messageId: "big", seq: 3, alreadyStored: true })
+      expect(messages.map((m) => [m.seq, m.messageId, m.chunk, new TextDecoder().decode(m.payload)])).toEqual([
+        [1, "big", { first: true, last: false }, "ab"],
+        [2, "big", { first: false, last: false }, "cd"],
+        [3, "big", { first: false, last: true }, "e"]
+      ])
+    })
+
+    it("a resubmission follows the stored shape: stored whole, the fresh encoding chunked", () => {
+      const { messages, stored } = settle(loaded(), [{
+        messageId: "big",
+        entries: [{ seq: 1, messageId: "big", payload: bytes("whole") }],
+        alreadyStored: true,
+        accepted: false
+      }])
+      expect(stored).toMatchObject({ messageId: "big", seq: 1, alreadyStored: true })
+      expect(messages.map((m) => [m.seq, m.messageId, m.chunk, new TextDecoder().decode(m.payload)])).toEqual([[1, "big", undefined, "whole"]])
+    })
+
+    it("reloads chunk entries under their business id, marks intact, before any new grant", () => {
+      const state = run(Machine.initial(config({ durable: true, chunkSize: 4 }), 0).state, {
+        _tag: "Loaded",
+        state: { currentSeq: 4, confirmedSeq: 1, unconfirmed: [chunkEntry(2, 0, 3, "ab"), chunkEntry(3, 1, 3, "cd"), chunkEntry(4, 2, 3, "e")] },
+        now: 0
+      }, verified()).state
+      const { actions } = run(state, request(1, 3, { viaTimeout: true }))
+      expect((sent(actions) as Array<SequencedMessage>).map((m) => [m.seq, m.messageId, m.chunk])).toEqual([
+        [2, "big", { first: true, last: false }],
+        [3, "big", { first: false, last: false }]
+      ])
+      expect(tags(actions)).not.toContain("Offer")
+      const rest = run(run(state, request(1, 3, { viaTimeout: true })).state, request(1, 11))
+      expect(seqs(rest.actions)).toEqual([4])
+      expect(tags(rest.actions)).toContain("Offer")
+    })
+
+    it("persists the confirmed watermark as the last chunk's store seq", () => {
+      const { state } = settle(loaded(), [{
+        messageId: "big",
+        entries: [chunkEntry(1, 0, 2, "ab"), chunkEntry(2, 1, 2, "cd")],
+        alreadyStored: false,
+        accepted: false
+      }])
+      expect(run(state, ackEvent(2)).actions).toContainEqual({ _tag: "PersistConfirm", upToStoreSeq: 2 })
     })
   })
 

@@ -1,10 +1,16 @@
 /**
  * The reliable system: one per process or node. It holds the endpoint names, the transport, the
  * resolver that finds a peer's live controller, and the stream of failure events, and it can
- * respawn an endpoint's controller.
+ * respawn an endpoint's controller. `layerCluster` makes the node a member of a cluster: peers
+ * are resolved through the shared `ClusterRegistry`, names are unique across the cluster, and
+ * relocatable endpoints of a dead node are re-created on a survivor.
  */
 import { Context, Duration, Effect, Layer, PubSub, Stream } from "effect"
 import type { Queue, Scope } from "effect"
+import type { ClusterRegistryError } from "./Cluster/ClusterErrors.js"
+import { ClusterRegistry } from "./Cluster/ClusterRegistry.js"
+import * as ClusterMember from "./Cluster/internal/ClusterMember.js"
+import type { ReliableConfigError } from "./Protocol/Errors.js"
 import { EndpointRegistry } from "./internal/EndpointRegistry.js"
 import type { EndpointRecord } from "./internal/EndpointRegistry.js"
 import * as NodeLookup from "./internal/NodeLookup.js"
@@ -31,11 +37,10 @@ export interface SystemInternals {
   readonly lookup: (name: string, node?: string | undefined) => Effect.Effect<EndpointRecord | undefined>
   /** Counters of lookups asked of and served to other nodes. */
   readonly lookupStats: () => LookupStats
-  /**
-   * True when peers are resolved through a cluster registry. Always false for now: cluster mode
-   * (a later issue) sets it, and peer addresses are rejected on such a system.
-   */
+  /** True when peers are resolved through a cluster registry (peer addresses are rejected then). */
   readonly clustered: boolean
+  /** The node's cluster membership; undefined on a system that is not clustered. */
+  readonly cluster: ClusterMember.ClusterMember | undefined
   readonly publishFailure: (failure: ReliableDeliveryFailed) => void
   /** A fresh id for incarnations and sessions, unique across processes. */
   readonly newId: () => string
@@ -64,6 +69,44 @@ const makeIdSource = (): (() => string) => {
 }
 
 export const make = (options: ReliableSystemOptions = {}): Effect.Effect<ReliableSystemService, never, Transport | Scope.Scope> =>
+  build<never>(options, undefined)
+
+/** Options of a cluster member: the system's options plus leases and relocatable factories. */
+export interface ClusterSystemOptions<R = never> extends ReliableSystemOptions, ClusterMember.ClusterOptions<R> {}
+
+/**
+ * A system that is a member of the cluster whose registry is in context (use it with
+ * `Transport.layerSocket`). Relocatable factories run with the services `R` of the context the
+ * layer was built in.
+ */
+export const makeCluster = <R = never>(
+  options: ClusterSystemOptions<R> = {}
+): Effect.Effect<
+  ReliableSystemService,
+  ClusterRegistryError | ReliableConfigError,
+  Transport | ClusterRegistry | Scope.Scope | Exclude<R, ReliableSystem | Scope.Scope>
+> =>
+  Effect.gen(function*() {
+    const registry = yield* ClusterRegistry
+    const context = yield* Effect.context<Exclude<R, ReliableSystem | Scope.Scope>>()
+    return yield* build<ClusterRegistryError | ReliableConfigError>(options, {
+      join: (parts) => ClusterMember.make(options, { ...parts, registry }),
+      provide: (service) => (effect) =>
+        effect.pipe(Effect.provideService(ReliableSystem, service), Effect.provide(context)) as Effect.Effect<unknown, unknown, Scope.Scope>
+    })
+  })
+
+interface ClusterJoin<E> {
+  readonly join: (parts: Omit<ClusterMember.MemberParts, "registry">) => Effect.Effect<ClusterMember.ClusterMember, E, Scope.Scope>
+  readonly provide: (
+    service: ReliableSystemService
+  ) => (effect: Effect.Effect<unknown, unknown, any>) => Effect.Effect<unknown, unknown, Scope.Scope>
+}
+
+const build = <E>(
+  options: ReliableSystemOptions,
+  cluster: ClusterJoin<E> | undefined
+): Effect.Effect<ReliableSystemService, E, Transport | Scope.Scope> =>
   Effect.gen(function*() {
     const transport = yield* Transport
     const registry = new EndpointRegistry()
@@ -71,19 +114,21 @@ export const make = (options: ReliableSystemOptions = {}): Effect.Effect<Reliabl
     const lookupTimeout = Duration.decode(options.lookupTimeout ?? DefaultLookupTimeout)
     const newId = makeIdSource()
     const nodes = yield* NodeLookup.make({ transport, registry, timeout: lookupTimeout, newId })
+    const member = cluster === undefined ? undefined : yield* cluster.join({ transport, endpoints: registry, nodes, newId })
     const internal: SystemInternals = {
       transport,
       registry,
-      lookup: (name, node) =>
+      lookup: member !== undefined ? member.lookup : (name, node) =>
         node === undefined || node === transport.node
           ? Effect.sync(() => registry.get(name)?.record)
           : nodes.ask(node, name),
       lookupStats: nodes.stats,
-      clustered: false,
+      clustered: member !== undefined,
+      cluster: member,
       publishFailure: (failure) => void failures.unsafeOffer(failure),
       newId
     }
-    return {
+    const service: ReliableSystemService = {
       node: transport.node,
       failures: Stream.fromPubSub(failures),
       subscribeFailures: PubSub.subscribe(failures),
@@ -95,11 +140,22 @@ export const make = (options: ReliableSystemOptions = {}): Effect.Effect<Reliabl
       endpointNames: Effect.sync(() => registry.names()),
       internal
     }
+    if (member !== undefined) yield* member.start(cluster!.provide(service))
+    return service
   })
 
 /** One reliable system on the provided transport. */
 export const layer = (options: ReliableSystemOptions = {}): Layer.Layer<ReliableSystem, never, Transport> =>
   Layer.scoped(ReliableSystem, make(options))
+
+/** A cluster member on the registry and transport provided (see `makeCluster`). */
+export const layerCluster = <R = never>(
+  options: ClusterSystemOptions<R> = {}
+): Layer.Layer<
+  ReliableSystem,
+  ClusterRegistryError | ReliableConfigError,
+  Transport | ClusterRegistry | Exclude<R, ReliableSystem | Scope.Scope>
+> => Layer.scoped(ReliableSystem, makeCluster(options))
 
 /** Failure events of the system in context. */
 export const failures: Stream.Stream<ReliableDeliveryFailed, never, ReliableSystem> = Stream.unwrap(

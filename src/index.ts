@@ -1,6 +1,7 @@
 /**
  * effect-reliable: confirmed, ordered, flow-controlled delivery between Effect programs.
  */
+export * as Cluster from "./Cluster.js"
 export * as Consumer from "./Consumer.js"
 export * as DurableQueue from "./DurableQueue.js"
 export * as Producer from "./Producer.js"
@@ -17,12 +18,14 @@ export {
   ProducerContractError,
   FrameTooLarge,
   ProtocolViolation,
+  ReliableClusterRequired,
   ReliableConfigError,
   ReliablePeerClusterConflict,
   ReliablePeerRemotingRequired
 } from "./Protocol/Errors.js"
 export type { ReliableEndpointConfigError } from "./Protocol/Errors.js"
 export type { PeerAddress } from "./Protocol/Config.js"
+export { ClusterPlacementError, ClusterRegistryError, ReliableOwnershipLost } from "./Cluster/ClusterErrors.js"
 export { ReliableDeliveryFailed } from "./Protocol/Failure.js"
 export type { ReliableControllerRole, ReliableDeliveryStage } from "./Protocol/Failure.js"
 export {

@@ -29,6 +29,15 @@ export class ReliablePeerClusterConflict extends Data.TaggedError("ReliablePeerC
   readonly message: string
 }> {}
 
+/**
+ * A cluster-only operation (remote placement of an endpoint) on a system that is not a cluster
+ * member: there is no registry to place through. Build the system with `ReliableSystem.layerCluster`.
+ */
+export class ReliableClusterRequired extends Data.TaggedError("ReliableClusterRequired")<{
+  readonly operation: string
+  readonly message: string
+}> {}
+
 /** Everything an endpoint constructor can reject its options with. */
 export type ReliableEndpointConfigError = ReliableConfigError | ReliablePeerRemotingRequired | ReliablePeerClusterConflict
 

@@ -2,12 +2,14 @@
  * The life of one endpoint's controller. Each controller runs in its own child scope of the
  * endpoint scope; a terminal stop publishes one `ReliableDeliveryFailed` and leaves the endpoint
  * waiting for `respawn`; a restart request (retriable durable trouble) replaces the controller at
- * once; `respawn` always starts a fresh one.
+ * once; `respawn` always starts a fresh one. On a clustered system the endpoint also holds its
+ * name cluster-wide: losing it to another node fences the controller (one terminal event), and a
+ * respawn first takes the name back, or publishes why it cannot.
  */
 import { Effect, ExecutionStrategy, Exit, FiberSet, Scope } from "effect"
 import type { ReliableConfigError } from "../Protocol/Errors.js"
 import { ReliableDeliveryFailed } from "../Protocol/Failure.js"
-import type { ReliableControllerRole } from "../Protocol/Failure.js"
+import type { ReliableControllerRole, ReliableDeliveryStage } from "../Protocol/Failure.js"
 import type { ControllerAddress } from "../Protocol/Address.js"
 import type { SystemInternals } from "../ReliableSystem.js"
 import type { EndpointRecord, LocalEndpoint } from "./EndpointRegistry.js"
@@ -37,6 +39,7 @@ export const make = <C>(options: LifecycleOptions<C>): Effect.Effect<Lifecycle<C
     const lock = yield* Effect.makeSemaphore(1)
     let current: C | undefined
     let currentScope: Scope.CloseableScope | undefined
+    let running = false
     // Claimed below, after `respawn` exists (the registry keeps it for `ReliableSystem.respawn`).
     const claimed: { entry?: LocalEndpoint } = {}
     let generation = 0
@@ -55,27 +58,44 @@ export const make = <C>(options: LifecycleOptions<C>): Effect.Effect<Lifecycle<C
       currentScope = scope
       const controller = yield* Scope.extend(options.start((outcome) => stopped(mine, outcome)), scope)
       current = controller
+      running = true
       if (claimed.entry !== undefined) options.system.registry.setAddress(claimed.entry, options.address(controller))
     })
 
+    const publish = (stage: ReliableDeliveryStage, cause: unknown) =>
+      options.system.publishFailure(new ReliableDeliveryFailed({ endpointName: options.record.name, role: options.role, stage, cause }))
+
     const stopped = (mine: number, outcome: StopOutcome) => {
       if (mine !== generation) return
+      running = false
       options.onStop?.()
       if (claimed.entry !== undefined) options.system.registry.setAddress(claimed.entry, undefined)
       if (outcome._tag === "Terminal") {
-        options.system.publishFailure(new ReliableDeliveryFailed({
-          endpointName: options.record.name,
-          role: options.role,
-          stage: outcome.stage,
-          cause: outcome.cause
-        }))
+        publish(outcome.stage, outcome.cause)
         runFork(lock.withPermits(1)(Effect.when(closeCurrent, () => mine === generation)))
       } else {
         runFork(lock.withPermits(1)(Effect.when(startFresh, () => mine === generation)))
       }
     }
 
-    const respawn = lock.withPermits(1)(startFresh)
+    /** Another node holds the endpoint now: stop the controller like a terminal failure would (once). */
+    const fence = (cause: unknown) => {
+      if (!running) return
+      running = false
+      const mine = ++generation
+      options.onStop?.()
+      if (claimed.entry !== undefined) options.system.registry.setAddress(claimed.entry, undefined)
+      publish("Protocol", cause)
+      runFork(lock.withPermits(1)(Effect.when(closeCurrent, () => mine === generation)))
+    }
+
+    const cluster = options.system.cluster
+    const respawn = lock.withPermits(1)(
+      cluster === undefined ? startFresh : Effect.flatMap(cluster.owns(options.record.name), (lost) =>
+        lost === undefined ? startFresh : Effect.sync(() => publish("Protocol", lost)))
+    )
+    // The cluster claim goes first: a name held on another node fails here with nothing claimed locally.
+    if (cluster !== undefined) yield* cluster.claim(options.record, fence)
     claimed.entry = yield* options.system.registry.claim(options.record, respawn)
     yield* Effect.addFinalizer(() => closeCurrent)
     yield* respawn

@@ -1,0 +1,100 @@
+/**
+ * Cluster mode: nodes that share a `ClusterRegistry` (PostgreSQL) find each other's endpoints by
+ * name, hold every name once across the cluster, pool workers across nodes, and re-create the
+ * relocatable endpoints of a node whose lease expired on a surviving node.
+ *
+ *   const node = ReliableSystem.layerCluster({
+ *     lease: "3 seconds",
+ *     relocatable: [Cluster.relocatable("dispatcher", (name) => startDispatcher(name))]
+ *   }).pipe(
+ *     Layer.provideMerge(Transport.layerSocket({ host, port })),
+ *     Layer.provide(Cluster.layerPg()),
+ *     Layer.provide(PgClient.layer({ url }))
+ *   )
+ *   yield* Cluster.spawn("dispatcher", "job-dispatcher")                  // on this node
+ *   yield* Cluster.spawn("dispatcher", "job-dispatcher", { node: other })  // on another member
+ */
+import { Duration, Effect } from "effect"
+import type { Option } from "effect"
+import type { ClusterPlacementError, ClusterRegistryError } from "./Cluster/ClusterErrors.js"
+import type { ClusterNode, ClusterRecordStatus } from "./Cluster/ClusterRegistry.js"
+import { ReliableClusterRequired } from "./Protocol/Errors.js"
+import { ReliableSystem } from "./ReliableSystem.js"
+
+export { ClusterPlacementError, ClusterRegistryError, ReliableOwnershipLost } from "./Cluster/ClusterErrors.js"
+export type { PlacementRefusal } from "./Cluster/ClusterErrors.js"
+export { ClusterRegistry } from "./Cluster/ClusterRegistry.js"
+export type {
+  ClaimRequest,
+  ClaimResult,
+  ClusterNode,
+  ClusterRecord,
+  ClusterRecordStatus,
+  ClusterRegistryService,
+  PlaceResult
+} from "./Cluster/ClusterRegistry.js"
+export { DefaultLease } from "./Cluster/internal/ClusterMember.js"
+export type { ClusterOptions } from "./Cluster/internal/ClusterMember.js"
+export { layerMemory, make as makeMemory } from "./Cluster/MemoryClusterRegistry.js"
+export { layer as layerPg, make as makePg } from "./Cluster/PgClusterRegistry.js"
+export type { PgClusterRegistryOptions } from "./Cluster/PgClusterRegistry.js"
+export { relocatable } from "./Cluster/Relocatable.js"
+export type { Relocatable, RelocatableFactory } from "./Cluster/Relocatable.js"
+export { ReliableClusterRequired } from "./Protocol/Errors.js"
+
+export interface SpawnOptions {
+  /** The member to create the endpoint on (`host:port`); default this node. */
+  readonly node?: string
+  /** How long to wait for that node to start it; default two leases. */
+  readonly timeout?: Duration.DurationInput
+}
+
+const clusterOf = (operation: string) =>
+  Effect.flatMap(ReliableSystem, (system) =>
+    system.internal.cluster === undefined
+      ? Effect.fail(new ReliableClusterRequired({
+        operation,
+        message: `${operation} needs a cluster member (ReliableSystem.layerCluster); this system is not clustered`
+      }))
+      : Effect.succeed(system.internal.cluster))
+
+/**
+ * Creates the relocatable endpoint `name` with the factory registered under `key`, on this node
+ * or on the live member `options.node`, and waits until it runs there. The endpoint is then
+ * relocatable: when its node's lease expires, exactly one surviving node with the same factory
+ * re-creates it. Fails with `ReliableClusterRequired` on a system that is not clustered, and with
+ * `ClusterPlacementError` when the node is not a live member, lacks the factory, a live node holds
+ * the name already, or the node did not start it in time.
+ */
+export const spawn = (
+  key: string,
+  name: string,
+  options: SpawnOptions = {}
+): Effect.Effect<void, ReliableClusterRequired | ClusterPlacementError | ClusterRegistryError, ReliableSystem> =>
+  Effect.flatMap(clusterOf("Cluster.spawn"), (member) =>
+    member.spawn(
+      key,
+      name,
+      options.node ?? member.node,
+      Duration.decode(options.timeout ?? Duration.millis(2 * member.leaseMs))
+    ))
+
+/** The live members of the cluster of the system in context. */
+export const members: Effect.Effect<
+  ReadonlyArray<ClusterNode>,
+  ReliableClusterRequired | ClusterRegistryError,
+  ReliableSystem
+> = Effect.flatMap(clusterOf("Cluster.members"), (member) => member.registry.members)
+
+/** Every endpoint record of the cluster of the system in context, live or not. */
+export const endpoints: Effect.Effect<
+  ReadonlyArray<ClusterRecordStatus>,
+  ReliableClusterRequired | ClusterRegistryError,
+  ReliableSystem
+> = Effect.flatMap(clusterOf("Cluster.endpoints"), (member) => member.registry.endpoints)
+
+/** Where the endpoint `name` lives, as the registry of the system in context records it. */
+export const whereIs = (
+  name: string
+): Effect.Effect<Option.Option<ClusterRecordStatus>, ReliableClusterRequired | ClusterRegistryError, ReliableSystem> =>
+  Effect.flatMap(clusterOf("Cluster.whereIs"), (member) => member.registry.get(name))

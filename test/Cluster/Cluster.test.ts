@@ -1,0 +1,181 @@
+/**
+ * Cluster mode in one process: members on a shared memory hub and one in-memory registry, live
+ * clock with short leases. Resolution across nodes, cluster-wide names, cross-node worker pools,
+ * relocation of a crashed node's endpoints, fencing of a node that was cut off and came back,
+ * remote placement, and the configuration errors.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Layer, Option, Queue, Schema } from "effect"
+import * as Cluster from "../../src/Cluster.js"
+import * as Consumer from "../../src/Consumer.js"
+import type { DurableWorkQueueService } from "../../src/DurableQueue/DurableWorkQueue.js"
+import * as MemoryWorkQueue from "../../src/DurableQueue/MemoryWorkQueue.js"
+import * as Producer from "../../src/Producer.js"
+import type { ReliableDeliveryFailed } from "../../src/Protocol/Failure.js"
+import * as ReliableSystem from "../../src/ReliableSystem.js"
+import * as MemoryTransport from "../../src/Transport/MemoryTransport.js"
+import * as WorkPulling from "../../src/WorkPulling.js"
+import { waitUntil } from "../support/Nodes.js"
+import { eventually, makeWorld, startMember } from "./ClusterWorld.js"
+import type { World } from "./ClusterWorld.js"
+
+const Job = Schema.Struct({ n: Schema.Number })
+// In-process flows can hold the one JS thread for a while: leases long enough not to lapse then.
+const lease = { lease: "1 second", renewInterval: "100 millis" } as const
+const range = (count: number) => Array.from({ length: count }, (_, index) => index)
+
+const world = Effect.map(Cluster.makeMemory, makeWorld)
+
+/** A worker on `member` that records what it processed. */
+const startWorker = (member: { readonly run: <A, E>(effect: Effect.Effect<A, E, any>) => Effect.Effect<A, E> }, name: string, done: Array<{ readonly worker: string; readonly id: string }>) =>
+  member.run(Effect.gen(function*() {
+    const worker = yield* WorkPulling.worker({ name, producer: "dispatcher", payload: Job, window: 10, resendInterval: "100 millis" })
+    yield* Effect.forkScoped(worker.run((delivery) => Effect.sync(() => void done.push({ worker: name, id: delivery.messageId }))))
+  }))
+
+/** A relocatable durable dispatcher that (re)submits jobs 0..count-1 on every start. */
+const dispatcher = (queue: DurableWorkQueueService, count: number, started: Array<string>) =>
+  Cluster.relocatable("dispatcher", (name) =>
+    Effect.gen(function*() {
+      const system = yield* ReliableSystem.ReliableSystem
+      started.push(system.node)
+      const producer = yield* WorkPulling.producer({ name, payload: Job, durableWorkQueue: queue, retryInterval: "100 millis" })
+      yield* Effect.forkScoped(producer.sendAll(range(count).map((n) => ({ payload: { n }, messageId: `job-${n}` }))))
+    }))
+
+const failuresOf = (member: { readonly run: <A, E>(effect: Effect.Effect<A, E, any>) => Effect.Effect<A, E> }) =>
+  member.run(ReliableSystem.subscribeFailures)
+
+const takeFailure = (queue: Queue.Dequeue<ReliableDeliveryFailed>) =>
+  Queue.take(queue).pipe(Effect.timeoutFail({ duration: "5 seconds", onTimeout: () => new Error("no failure event") }))
+
+describe("cluster mode (in process)", () => {
+  it.live("a producer and a consumer on different nodes find each other through the registry", () =>
+    Effect.gen(function*() {
+      const w = yield* world
+      const a = yield* startMember(w, "a", lease)
+      const b = yield* startMember(w, "b", lease)
+      const received: Array<number> = []
+      yield* b.run(Effect.gen(function*() {
+        const consumer = yield* Consumer.make({ name: "orders-in", producer: "orders-out", payload: Job, resendInterval: "100 millis" })
+        yield* Effect.forkScoped(consumer.run((delivery) => Effect.sync(() => void received.push(delivery.payload.n))))
+      }))
+      yield* a.run(Effect.gen(function*() {
+        const producer = yield* Producer.make({ name: "orders-out", consumer: "orders-in", payload: Job, retryInterval: "100 millis" })
+        yield* producer.sendAll(range(500).map((n) => ({ payload: { n } })))
+      }))
+      yield* waitUntil("every message", () => received.length >= 500, "10 seconds")
+      expect(received).toEqual(range(500))
+      const records = yield* w.registry.endpoints
+      expect(records.map((r) => [r.name, r.node, r.kind, r.live])).toEqual([
+        ["orders-in", "b", "Consumer", true],
+        ["orders-out", "a", "Producer", true]
+      ])
+    }).pipe(Effect.scoped))
+
+  it.live("names are unique across the cluster; a dead node's name is free again", () =>
+    Effect.gen(function*() {
+      const w = yield* world
+      const a = yield* startMember(w, "a", lease)
+      const b = yield* startMember(w, "b", lease)
+      yield* a.run(Consumer.make({ name: "orders-in", producer: "orders-out", payload: Job }))
+      const error = yield* b.run(Effect.flip(Consumer.make({ name: "orders-in", producer: "orders-out", payload: Job })))
+      expect(error).toMatchObject({ _tag: "ReliableConfigError", option: "name" })
+      expect(error.message).toContain("node a")
+      yield* a.crash
+      yield* eventually("a's lease to expire", Effect.map(w.registry.members, (members) => !members.some((m) => m.node === "a")))
+      yield* b.run(Consumer.make({ name: "orders-in", producer: "orders-out", payload: Job }))
+      const record = yield* w.registry.get("orders-in")
+      expect(Option.map(record, (r) => [r.node, r.live])).toEqual(Option.some(["b", true]))
+    }).pipe(Effect.scoped))
+
+  it.live("workers on two nodes join one producer's pool; a crashed worker node's jobs go to the other", () =>
+    Effect.gen(function*() {
+      const w = yield* world
+      const a = yield* startMember(w, "a", lease)
+      const b = yield* startMember(w, "b", lease)
+      const c = yield* startMember(w, "c", lease)
+      const done: Array<{ readonly worker: string; readonly id: string }> = []
+      yield* startWorker(b, "worker-b", done)
+      yield* startWorker(c, "worker-c", done)
+      const producer = yield* a.run(WorkPulling.producer({ name: "dispatcher", payload: Job, retryInterval: "100 millis" }))
+      yield* eventually("both workers bound", Effect.map(a.run(WorkPulling.stats("dispatcher")), (stats) => stats.workers === 2))
+      yield* a.run(Effect.forkScoped(producer.sendAll(range(2000).map((n) => ({ payload: { n }, messageId: `job-${n}` })))))
+      yield* waitUntil("both workers busy", () => done.some((d) => d.worker === "worker-b") && done.some((d) => d.worker === "worker-c"), "10 seconds")
+      yield* b.crash
+      yield* waitUntil("every job", () => new Set(done.map((d) => d.id)).size === 2000, "15 seconds")
+      yield* eventually("b's binding to end", Effect.map(a.run(WorkPulling.stats("dispatcher")), (stats) => stats.workersGone === 1 && stats.workers === 1))
+    }).pipe(Effect.scoped))
+
+  it.live("a relocatable durable producer of a crashed node is re-created on exactly one survivor and finishes", () =>
+    Effect.gen(function*() {
+      const w: World = yield* world
+      const queue = yield* MemoryWorkQueue.make
+      const started: Array<string> = []
+      const options = { ...lease, relocatable: [dispatcher(queue, 3000, started)] }
+      const a = yield* startMember(w, "a", options)
+      const b = yield* startMember(w, "b", options)
+      const c = yield* startMember(w, "c", options)
+      const done: Array<{ readonly worker: string; readonly id: string }> = []
+      yield* startWorker(b, "worker-b", done)
+      yield* startWorker(c, "worker-c", done)
+      yield* a.run(Cluster.spawn("dispatcher", "dispatcher"))
+      expect(started).toEqual(["a"])
+      yield* waitUntil("some jobs", () => done.length >= 300, "10 seconds")
+      yield* a.crash
+      yield* waitUntil("relocation", () => started.length === 2, "5 seconds")
+      yield* waitUntil("every job", () => new Set(done.map((d) => d.id)).size === 3000, "15 seconds")
+      expect(["b", "c"]).toContain(started[1])
+      const record = yield* w.registry.get("dispatcher")
+      expect(Option.map(record, (r) => [r.node, r.kind, r.factory, r.live])).toEqual(Option.some([started[1], "WorkProducer", "dispatcher", true]))
+    }).pipe(Effect.scoped))
+
+  it.live("a node cut off past its lease: its relocated producer is fenced when it comes back, its pinned endpoint is kept", () =>
+    Effect.gen(function*() {
+      const w: World = yield* world
+      const queue = yield* MemoryWorkQueue.make
+      const started: Array<string> = []
+      const options = { ...lease, relocatable: [dispatcher(queue, 2000, started)] }
+      const a = yield* startMember(w, "a", options)
+      const b = yield* startMember(w, "b", options)
+      const done: Array<{ readonly worker: string; readonly id: string }> = []
+      yield* startWorker(b, "worker-b", done)
+      // a pinned consumer on a: nobody takes it over, so a keeps it
+      yield* a.run(Consumer.make({ name: "pinned-in", producer: "nobody", payload: Job }))
+      const failures = yield* failuresOf(a)
+      yield* a.run(Cluster.spawn("dispatcher", "dispatcher"))
+      yield* waitUntil("some jobs", () => done.length >= 200, "10 seconds")
+      yield* a.cutOff
+      yield* waitUntil("relocation to b", () => started.length === 2, "5 seconds")
+      expect(started).toEqual(["a", "b"])
+      yield* a.restore
+      const failure = yield* takeFailure(failures)
+      expect(failure.endpointName).toBe("dispatcher")
+      expect(["ReliableOwnershipLost", "QueueFenced"]).toContain((failure.cause as { _tag: string })._tag)
+      yield* waitUntil("every job", () => new Set(done.map((d) => d.id)).size === 2000, "15 seconds")
+      const pinned = yield* w.registry.get("pinned-in")
+      expect(Option.map(pinned, (r) => [r.node, r.live])).toEqual(Option.some(["a", true]))
+      expect(yield* Queue.size(failures)).toBe(0)
+    }).pipe(Effect.scoped))
+
+  it.live("remote placement: on a named member; refusals are typed; a system that is not clustered cannot place", () =>
+    Effect.gen(function*() {
+      const w: World = yield* world
+      const queue = yield* MemoryWorkQueue.make
+      const started: Array<string> = []
+      const a = yield* startMember(w, "a", lease)
+      const b = yield* startMember(w, "b", { ...lease, relocatable: [dispatcher(queue, 10, started)] })
+      yield* a.run(Cluster.spawn("dispatcher", "dispatcher", { node: "b" }))
+      expect(started).toEqual(["b"])
+      const refusal = (effect: Effect.Effect<void, unknown, ReliableSystem.ReliableSystem>) =>
+        a.run(Effect.flip(effect)).pipe(Effect.map((error) => (error as { reason?: string; _tag: string }).reason ?? (error as { _tag: string })._tag))
+      expect(yield* refusal(Cluster.spawn("dispatcher", "other", { node: "z" }))).toBe("NodeUnavailable")
+      expect(yield* refusal(Cluster.spawn("dispatcher", "other", { node: "a" }))).toBe("UnknownFactory")
+      expect(yield* refusal(Cluster.spawn("dispatcher", "dispatcher", { node: "b" }))).toBe("NameTaken")
+      const plain = yield* Effect.flip(Cluster.spawn("dispatcher", "x").pipe(
+        Effect.provide(ReliableSystem.layer().pipe(Layer.provide(MemoryTransport.layerMemory)))
+      ))
+      expect(plain._tag).toBe("ReliableClusterRequired")
+      void b
+    }).pipe(Effect.scoped))
+})

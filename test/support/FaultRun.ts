@@ -17,7 +17,7 @@ import type { FaultOptions } from "../../src/Transport/FaultyTransport.js"
 import { advanceUntil } from "./Harness.js"
 import { host, startNode, waitUntil } from "./Nodes.js"
 
-const Order = Schema.Struct({ index: Schema.Number })
+const Order = Schema.Struct({ index: Schema.Number, pad: Schema.optional(Schema.String) })
 
 export interface FaultPlan {
   readonly seed: number
@@ -34,7 +34,25 @@ export interface FaultPlan {
     readonly failureRate: number
     readonly producerRestartsAfter: ReadonlyArray<number>
   }
+  /** Producer chunk size; each message is then padded to 2..5 chunks. */
+  readonly chunkSize?: number
 }
+
+/** The most chunks a message of a chunked plan takes. */
+const MaxChunksPerMessage = 5
+
+/** A plan with chunking at `chunkSize`: every message several chunks, a window that fits them. */
+export const withChunks = (plan: FaultPlan, chunkSize: number): FaultPlan => ({
+  ...plan,
+  chunkSize,
+  window: Math.max(MaxChunksPerMessage, plan.window)
+})
+
+/** The padding of message `index` in a chunked plan: between 1 and 4 chunk sizes, plus some. */
+const padFor = (plan: FaultPlan, index: number): string | undefined =>
+  plan.chunkSize === undefined
+    ? undefined
+    : "x".repeat(plan.chunkSize * (1 + ((index * 7 + plan.seed) % (MaxChunksPerMessage - 1))) + ((index * 131) % plan.chunkSize))
 
 /** A durable plan: the same seeded faults plus a flaky durable queue and producer crashes. */
 export const durablePlanFor = (seed: number, restarts: boolean): FaultPlan => {
@@ -78,6 +96,8 @@ export const socketPlanFor = (seed: number, restarts: boolean): FaultPlan => {
 interface Received {
   readonly incarnation: number
   readonly index: number
+  /** The payload arrived exactly as sent (for chunked plans: reassembled whole). */
+  readonly intact: boolean
 }
 
 /** Where a run happens: the systems of each side, how they name each other, how time passes. */
@@ -145,6 +165,7 @@ export const runPlan = (plan: FaultPlan, makeWorld: (plan: FaultPlan) => Effect.
       consumer: "orders-in",
       payload: Order,
       retryInterval: "50 millis",
+      ...(plan.chunkSize === undefined ? {} : { chunkSize: plan.chunkSize }),
       ...(queue === undefined ? {} : { durableQueue: queue }),
       ...(world.remoteConsumer === undefined ? {} : { remoteConsumer: world.remoteConsumer })
     }).pipe(Effect.provide(world.producer))
@@ -169,13 +190,22 @@ export const runPlan = (plan: FaultPlan, makeWorld: (plan: FaultPlan) => Effect.
         resendInterval: world.resendInterval,
         ...(world.remoteProducer === undefined ? {} : { remoteProducer: world.remoteProducer })
       }).pipe(Scope.extend(scope), Effect.provide(world.consumer))
-      yield* Effect.forkIn(consumer.run((delivery) => Effect.sync(() => void received.push({ incarnation: mine, index: delivery.payload.index }))), scope)
+      yield* Effect.forkIn(consumer.run((delivery) =>
+        Effect.sync(() => void received.push({
+          incarnation: mine,
+          index: delivery.payload.index,
+          intact: delivery.payload.pad === padFor(plan, delivery.payload.index)
+        }))
+      ), scope)
     })
 
     yield* startConsumer
     const sending = yield* Effect.fork(Effect.forEach(
       Array.from({ length: plan.messages }, (_, index) => index),
-      (index) => producer.send({ index }, { messageId: `order-${index}` }),
+      (index) => {
+        const pad = padFor(plan, index)
+        return producer.send(pad === undefined ? { index } : { index, pad }, { messageId: `order-${index}` })
+      },
       { discard: true }
     ))
 
@@ -218,6 +248,8 @@ export const violation = (plan: FaultPlan, received: ReadonlyArray<Received>): s
   for (let index = 0; index < plan.messages; index++) {
     if (!seen.has(index)) return `message ${index} never delivered`
   }
+  const damaged = received.find((entry) => !entry.intact)
+  if (damaged !== undefined) return `message ${damaged.index} arrived damaged`
   if (plan.durable !== undefined) return orderedAtLeastOnce(received.map((entry) => entry.index))
   if (plan.restartsAfter.length === 0) {
     const indices = received.map((entry) => entry.index)

@@ -4,6 +4,7 @@
 import { Effect } from "effect"
 import type { Row } from "./Row.js"
 import * as Baseline from "./baseline.js"
+import * as Durable from "./durable.js"
 import * as PointToPoint from "./pointToPoint.js"
 import * as Remote from "./remote.js"
 
@@ -17,6 +18,10 @@ export const cases: Record<string, Case> = {
   "p2p-send-1m": () => run(PointToPoint.send(1_000_000)),
   "p2p-sendAll-1m": () => run(PointToPoint.sendAll(1_000_000)),
   "p2p-sendAll-1m-w1000": () => run(PointToPoint.sendAll(1_000_000, 1000)),
+  "durable-sqlite-send-20k": () => run(Durable.sqliteSend(20_000)),
+  "durable-sqlite-sendAll-100k": () => run(Durable.sqliteSendAll(100_000)),
+  "durable-pg-send-20k": () => run(Durable.postgresSend(20_000)),
+  "durable-pg-sendAll-100k": () => run(Durable.postgresSendAll(100_000)),
   "remote-tcp-1m-w50": () => run(Remote.remote(1_000_000, 50)),
   "remote-tcp-1m-w1000": () => run(Remote.remote(1_000_000, 1000))
 }

@@ -25,7 +25,17 @@ export interface DurableLaneOptions {
   readonly completed: (event: (now: number) => ProducerEvent) => void
   /** A durable operation failed for good: terminal, or to be healed by a controller restart. */
   readonly failed: (stage: ReliableDeliveryStage, cause: unknown, terminal: boolean) => void
+  /** The controller's clock (TestClock in tests). */
+  readonly now: () => number
 }
+
+/**
+ * Confirmation watermarks are persisted once the lane pauses this long (at the latest after
+ * `ConfirmMaxWaitMs`): a lost watermark only means redelivery after a crash, while a watermark
+ * write between every store and accept would cost a third transaction per message.
+ */
+export const ConfirmIdleMs = 5
+export const ConfirmMaxWaitMs = 250
 
 export interface DurableLane {
   readonly submit: (action: LaneAction) => void
@@ -85,6 +95,10 @@ export const make = (options: DurableLaneOptions): DurableLane => {
     runFork: options.runFork,
     failed: options.failed,
     run,
+    deferredIdleMs: ConfirmIdleMs,
+    deferredMaxWaitMs: ConfirmMaxWaitMs,
+    hasDeferred: () => confirmUpTo !== undefined,
+    now: options.now,
     takeDeferred: () => {
       if (confirmUpTo === undefined) return undefined
       const action: LaneAction = { _tag: "PersistConfirm", upToStoreSeq: confirmUpTo }

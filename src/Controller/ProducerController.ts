@@ -157,7 +157,8 @@ export const make = <A>(
       failed: (stage, cause, terminal) => {
         if (terminal) dispatch({ _tag: "Fail", stage, cause })
         else stop({ _tag: "Restart", cause })
-      }
+      },
+      now
     })
 
     const perform = (actions: ReadonlyArray<Machine.ProducerAction>) => {

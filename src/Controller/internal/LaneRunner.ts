@@ -6,8 +6,8 @@
  * restart and reload, except a failed load, which is reported (restarting into another load
  * cannot heal it). After a failure the lane runs nothing more.
  */
-import { Effect, Schedule } from "effect"
-import type { Duration, Fiber } from "effect"
+import { Effect, Fiber, Schedule } from "effect"
+import type { Duration } from "effect"
 import type { ReliableDeliveryStage } from "../../Protocol/Failure.js"
 import { isTerminal } from "../../DurableQueue/QueueErrors.js"
 import type { DurableQueueError } from "../../DurableQueue/QueueErrors.js"
@@ -29,6 +29,18 @@ export interface RunnerOptions<Op> {
   readonly run: (op: Op, guard: Guard) => Effect.Effect<void>
   /** Takes the lane's deferred work when no handshake operation waits (undefined: none). */
   readonly takeDeferred: () => Op | undefined
+  /**
+   * Deferred work waits until the lane has been idle this long (default 0: at once), but never
+   * longer than `deferredMaxWaitMs` in all. A producer's next store follows its accept within
+   * microseconds; without the pause the watermark write slips in between, a third transaction
+   * per message.
+   */
+  readonly deferredIdleMs?: number
+  readonly deferredMaxWaitMs?: number
+  /** Whether deferred work is pending (required with `deferredIdleMs`). */
+  readonly hasDeferred?: () => boolean
+  /** The controller's clock, for `deferredMaxWaitMs`. */
+  readonly now?: () => number
 }
 
 export interface Runner<Op> {
@@ -61,10 +73,18 @@ export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
         })
     })
 
-  const next = (): void => {
-    if (busy || dead) return
-    const op = ops.length > 0 ? ops.shift() : options.takeDeferred()
-    if (op === undefined) return
+  const idleMs = options.deferredIdleMs ?? 0
+  const maxWaitMs = options.deferredMaxWaitMs ?? 1000
+  const now = options.now ?? Date.now
+  let deferredSince: number | undefined
+  let idleTimer: Fiber.RuntimeFiber<void> | undefined
+
+  const run = (op: Op): void => {
+    if (idleTimer !== undefined) {
+      const timer = idleTimer
+      idleTimer = undefined
+      options.runFork(Fiber.interrupt(timer))
+    }
     busy = true
     // The operation starts on a later turn: `next` runs inside a machine fold, and a queue that
     // answers synchronously (the memory queues) must not fold its completion into that same fold.
@@ -75,6 +95,28 @@ export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
         next()
       })
     ))
+  }
+
+  const runDeferred = (): void => {
+    deferredSince = undefined
+    const op = options.takeDeferred()
+    if (op !== undefined) run(op)
+  }
+
+  const next = (): void => {
+    if (busy || dead) return
+    if (ops.length > 0) return run(ops.shift()!)
+    if (idleMs <= 0) return runDeferred()
+    if (options.hasDeferred?.() !== true) return
+    // Deferred work waits for the lane to pause for `idleMs`, but never longer than `maxWaitMs`.
+    const time = now()
+    deferredSince ??= time
+    if (time - deferredSince >= maxWaitMs) return runDeferred()
+    idleTimer ??= options.runFork(Effect.flatMap(Effect.sleep(idleMs), () =>
+      Effect.sync(() => {
+        idleTimer = undefined
+        if (!busy && !dead && ops.length === 0) runDeferred()
+      })))
   }
 
   return {

@@ -174,42 +174,52 @@ export const makeEndpoint = <A>(
      */
     const sendBatch = (
       batch: ReadonlyArray<{ readonly payload: A; readonly messageId: string }>
-    ): Effect.Effect<ReadonlyArray<Stored>, ProduceError> =>
-      Effect.suspend(() => {
-        const taken = grant
-        if (taken === undefined) return Effect.zipRight(grants.next(), sendBatch(batch))
-        grant = undefined
-        const controller = controllerOf(taken)
-        if (controller === undefined || !controller.running()) return sendBatch(batch)
-        const handshake = controller.handshake()
-        if (handshake._tag === "Stored" && handshake.grant.token === taken.token) {
-          controller.ackAll(taken.token)
-          return sendBatch(batch)
-        }
-        if (handshake._tag !== "Granted" || handshake.grant.token !== taken.token) return sendBatch(batch)
-        const items = batch.length === 1 ? batch : batch.slice(0, Math.max(1, Math.min(MaxBatch, controller.freeDemand())))
-        const rest = items.length === batch.length ? undefined : batch.slice(items.length)
-        const sent = controller.sendNow(taken, items)
-        if (Either.isEither(sent)) {
-          if (Either.isLeft(sent)) {
-            if (isStale(sent.left)) return sendBatch(batch)
-            // Refused before anything was stored: the grant is still good for the next send.
-            if (grant === undefined && stillGranted(controller, taken)) {
-              grant = taken
-              grants.fire()
-            }
-            return sent
-          }
-          return rest === undefined ? sent : Effect.map(sendBatch(rest), (more) => [...sent.right, ...more])
-        }
-        return sent.pipe(
-          Effect.flatMap((stored) => rest === undefined ? Effect.succeed(stored) : Effect.map(sendBatch(rest), (more) => [...stored, ...more])),
-          Effect.catchIf(isStale, () => sendBatch(batch))
-        )
-      })
+    ): Effect.Effect<ReadonlyArray<Stored>, ProduceError> => Effect.suspend(() => sendStep(batch))
 
-    const send = (payload: A, sendOptions?: SendOptions) =>
-      Effect.map(sendBatch([{ payload, messageId: sendOptions?.messageId ?? randomUUID() }]), (stored) => stored[0])
+    const sendStep = (
+      batch: ReadonlyArray<{ readonly payload: A; readonly messageId: string }>
+    ): Effect.Effect<ReadonlyArray<Stored>, ProduceError> => {
+      const taken = grant
+      if (taken === undefined) return Effect.zipRight(grants.next(), sendBatch(batch))
+      grant = undefined
+      const controller = controllerOf(taken)
+      if (controller === undefined || !controller.running()) return sendBatch(batch)
+      const handshake = controller.handshake()
+      if (handshake._tag === "Stored" && handshake.grant.token === taken.token) {
+        controller.ackAll(taken.token)
+        return sendBatch(batch)
+      }
+      if (handshake._tag !== "Granted" || handshake.grant.token !== taken.token) return sendBatch(batch)
+      const items = batch.length === 1 ? batch : batch.slice(0, Math.max(1, Math.min(MaxBatch, controller.freeDemand())))
+      const rest = items.length === batch.length ? undefined : batch.slice(items.length)
+      const sent = controller.sendNow(taken, items)
+      if (Either.isEither(sent)) {
+        if (Either.isLeft(sent)) {
+          if (isStale(sent.left)) return sendBatch(batch)
+          // Refused before anything was stored: the grant is still good for the next send.
+          if (grant === undefined && stillGranted(controller, taken)) {
+            grant = taken
+            grants.fire()
+          }
+          return sent
+        }
+        return rest === undefined ? sent : Effect.map(sendBatch(rest), (more) => [...sent.right, ...more])
+      }
+      return sent.pipe(
+        Effect.flatMap((stored) => rest === undefined ? Effect.succeed(stored) : Effect.map(sendBatch(rest), (more) => [...stored, ...more])),
+        Effect.catchIf(isStale, () => sendBatch(batch))
+      )
+    }
+
+    // One message: with a grant at hand and a volatile controller, the answer is an `Either`,
+    // which is already an effect; no further effect is allocated per send.
+    const send = (payload: A, sendOptions?: SendOptions): Effect.Effect<Stored, ProduceError> =>
+      Effect.suspend((): Effect.Effect<Stored, ProduceError> => {
+        const sent = sendStep([{ payload, messageId: sendOptions?.messageId ?? randomUUID() }])
+        return Either.isEither(sent)
+          ? Either.map(sent as Either.Either<ReadonlyArray<Stored>, ProduceError>, (stored) => stored[0])
+          : Effect.map(sent, (stored) => stored[0])
+      })
 
     const sendAll = (messages: Iterable<{ readonly payload: A; readonly messageId?: string }>) =>
       Effect.suspend(() => {

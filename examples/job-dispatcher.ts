@@ -10,7 +10,7 @@ import { ReliableSystem, Transport, WorkPulling } from "../src/index.js"
 
 const Thumbnail = Schema.Struct({ imageId: Schema.Number, width: Schema.Int })
 
-const jobs = 1_500
+const jobs = 4_000
 
 const program = Effect.gen(function*() {
   const programScope = yield* Effect.scope

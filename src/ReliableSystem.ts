@@ -5,8 +5,8 @@
  * are resolved through the shared `ClusterRegistry`, names are unique across the cluster, and
  * relocatable endpoints of a dead node are re-created on a survivor.
  */
-import { Context, Duration, Effect, Layer, PubSub, Stream } from "effect"
-import type { Queue, Scope } from "effect"
+import { Context, Duration, Effect, Layer, PubSub, Scope, Stream } from "effect"
+import type { Queue } from "effect"
 import type { ClusterRegistryError } from "./Cluster/ClusterErrors.js"
 import { ClusterRegistry } from "./Cluster/ClusterRegistry.js"
 import * as ClusterMember from "./Cluster/internal/ClusterMember.js"
@@ -88,7 +88,9 @@ export const makeCluster = <R = never>(
 > =>
   Effect.gen(function*() {
     const registry = yield* ClusterRegistry
-    const context = yield* Effect.context<Exclude<R, ReliableSystem | Scope.Scope>>()
+    // The user's services for the factories; never the build's own scope (a factory runs in the
+    // scope of its endpoint's stay on this node).
+    const context = Context.omit(Scope.Scope)(yield* Effect.context<Exclude<R, ReliableSystem | Scope.Scope>>())
     return yield* build<ClusterRegistryError | ReliableConfigError>(options, {
       join: (parts) => ClusterMember.make(options, { ...parts, registry }),
       provide: (service) => (effect) =>

@@ -14,6 +14,7 @@ import * as Producer from "../../src/Producer.js"
 import type { ReliableDeliveryFailed } from "../../src/Protocol/Failure.js"
 import * as ReliableSystem from "../../src/ReliableSystem.js"
 import * as MemoryTransport from "../../src/Transport/MemoryTransport.js"
+import { Transport } from "../../src/Transport/Transport.js"
 import * as WorkPulling from "../../src/WorkPulling.js"
 import { waitUntil } from "../support/Nodes.js"
 import { eventually, makeWorld, startMember } from "./ClusterWorld.js"
@@ -177,5 +178,93 @@ describe("cluster mode (in process)", () => {
       ))
       expect(plain._tag).toBe("ReliableClusterRequired")
       void b
+    }).pipe(Effect.scoped))
+
+  it.live("worker registrations are fenced through the registry: spoofed node, stale incarnation, a worker naming another producer", () =>
+    Effect.gen(function*() {
+      const w = yield* world
+      const a = yield* startMember(w, "a", lease)
+      const b = yield* startMember(w, "b", lease)
+      const c = yield* startMember(w, "c", lease)
+      const done: Array<{ readonly worker: string; readonly id: string }> = []
+      yield* a.run(WorkPulling.producer({ name: "dispatcher", payload: Job, retryInterval: "100 millis" }))
+      yield* startWorker(b, "worker-b", done)
+      yield* c.run(WorkPulling.worker({ name: "other-worker", producer: "elsewhere", payload: Job }))
+      const stats = a.run(WorkPulling.stats("dispatcher"))
+      yield* eventually("worker-b bound", Effect.map(stats, (s) => s.workers === 1))
+      const dispatcherAt = a.system.internal.registry.get("dispatcher")!.record.address!
+      const spoof = (from: { readonly run: <A, E>(effect: Effect.Effect<A, E, any>) => Effect.Effect<A, E> }, node: string, endpoint: string, incarnation: string) =>
+        from.run(Effect.gen(function*() {
+          const transport = yield* Transport
+          const address = { node, endpoint, incarnation }
+          yield* transport.open(address)
+          transport.post([{ from: address, to: dispatcherAt, message: { _tag: "RegisterConsumer", nonce: `n-${incarnation}` } }])
+        }))
+      yield* spoof(c, "c", "worker-b", "spoof")          // worker-b's name from a node that does not hold it
+      yield* spoof(b, "b", "worker-b", "stale")          // the right node, not its live incarnation
+      const other = c.system.internal.registry.get("other-worker")!.record.address!
+      yield* spoof(c, "c", "other-worker", other.incarnation) // live, but configured for another producer
+      yield* eventually("three fenced registrations", Effect.map(stats, (s) => s.fenced >= 3))
+      const final = yield* stats
+      expect(final.workers).toBe(1)
+      expect(final.perWorker.map((x) => x.worker)).toEqual(["worker-b"])
+    }).pipe(Effect.scoped))
+
+  it.live("a relocatable consumer of a crashed node is re-created on a survivor, registers again and the flow resumes in order", () =>
+    Effect.gen(function*() {
+      const w = yield* world
+      const received: Array<{ readonly node: string; readonly n: number }> = []
+      const consumer = Cluster.relocatable("orders-in", (name) =>
+        Effect.gen(function*() {
+          const node = (yield* ReliableSystem.ReliableSystem).node
+          const endpoint = yield* Consumer.make({ name, producer: "orders-out", payload: Job, window: 20, resendInterval: "100 millis" })
+          yield* Effect.forkScoped(endpoint.run((delivery) => Effect.sync(() => void received.push({ node, n: delivery.payload.n }))))
+        }))
+      const options = { ...lease, relocatable: [consumer] }
+      const a = yield* startMember(w, "a", lease)
+      const b = yield* startMember(w, "b", options)
+      yield* startMember(w, "c", options)
+      yield* b.run(Cluster.spawn("orders-in", "orders-in"))
+      const producer = yield* a.run(Producer.make({ name: "orders-out", consumer: "orders-in", payload: Job, retryInterval: "100 millis" }))
+      const send = (from: number, count: number) =>
+        a.run(Effect.forkScoped(Effect.forEach(range(count), (i) => producer.send({ n: from + i }), { discard: true })))
+      yield* send(0, 1000)
+      yield* waitUntil("the first thousand at b", () => received.length >= 1000, "10 seconds")
+      yield* b.crash
+      // sent while the consumer is being relocated: they wait for c's demand
+      yield* send(1000, 2000)
+      yield* waitUntil("the rest at c", () => received.some((r) => r.node === "c" && r.n === 2999), "15 seconds")
+      const atC = received.filter((r) => r.node === "c").map((r) => r.n)
+      // c continues from where b's confirmations reached the producer: in order, nothing skipped
+      for (let i = 1; i < atC.length; i++) expect(atC[i]).toBe(atC[i - 1] + 1)
+      expect(new Set(received.map((r) => r.n)).size).toBe(3000)
+    }).pipe(Effect.scoped))
+
+  it.live("a node that leaves gracefully hands its relocatable endpoints over at once", () =>
+    Effect.gen(function*() {
+      const w: World = yield* world
+      const queue = yield* MemoryWorkQueue.make
+      const started: Array<string> = []
+      const options = { lease: "1 minute", renewInterval: "100 millis", relocatable: [dispatcher(queue, 10, started)] } as const
+      const a = yield* startMember(w, "a", options)
+      yield* startMember(w, "b", options)
+      yield* a.run(Cluster.spawn("dispatcher", "dispatcher"))
+      yield* a.stop
+      // far sooner than the one-minute lease: leaving ended it
+      yield* waitUntil("the dispatcher on b", () => started.length === 2, "5 seconds")
+      expect(started).toEqual(["a", "b"])
+    }).pipe(Effect.scoped))
+
+  it.live("a peer address on a clustered system is a conflict", () =>
+    Effect.gen(function*() {
+      const w = yield* world
+      const a = yield* startMember(w, "a", lease)
+      const error = yield* a.run(Effect.flip(Producer.make({
+        name: "orders-out",
+        consumer: "orders-in",
+        payload: Job,
+        remoteConsumer: { host: "127.0.0.1", port: 9 }
+      })))
+      expect(error._tag).toBe("ReliablePeerClusterConflict")
     }).pipe(Effect.scoped))
 })

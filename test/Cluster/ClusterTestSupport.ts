@@ -1,8 +1,19 @@
 /**
- * Test support for cluster mode: dropping a test's registry tables.
+ * Test support for cluster mode on PostgreSQL: cluster members as child processes
+ * (`test/fixtures/ClusterNode.ts`) or in the test process, the test's own registry view, the
+ * state of a durable work queue, and dropping a test's tables.
  */
 import { SqlClient } from "@effect/sql/SqlClient"
-import { Effect } from "effect"
+import { Context, Duration, Effect, Exit, Layer, Schedule, Scope } from "effect"
+import { fileURLToPath } from "node:url"
+import * as PgClusterRegistry from "../../src/Cluster/PgClusterRegistry.js"
+import * as ReliableSystem from "../../src/ReliableSystem.js"
+import * as SocketTransport from "../../src/Transport/SocketTransport.js"
+import { Transport } from "../../src/Transport/Transport.js"
+import { pgClientLayer } from "../DurableQueue/SqlTestSupport.js"
+import { spawnNode } from "../support/Processes.js"
+
+const script = fileURLToPath(new URL("../fixtures/ClusterNode.ts", import.meta.url))
 
 /** Drops every cluster registry table of a prefix (the test's own, randomly named). */
 export const dropClusterTables = (tablePrefix: string): Effect.Effect<void, unknown, SqlClient> =>
@@ -11,4 +22,63 @@ export const dropClusterTables = (tablePrefix: string): Effect.Effect<void, unkn
     for (const table of ["cluster_endpoints", "cluster_nodes", "cluster_migrations"]) {
       yield* sql`DROP TABLE IF EXISTS ${sql(`${tablePrefix}${table}`)}`
     }
+  })
+
+/** Drops the registry and the work queue tables of a prefix. */
+export const dropAll = (tablePrefix: string): Effect.Effect<void, unknown, SqlClient> =>
+  Effect.gen(function*() {
+    yield* dropClusterTables(tablePrefix)
+    const sql = yield* SqlClient
+    for (const table of ["work_entries", "work_queues", "producer_entries", "producer_queues", "migrations"]) {
+      yield* sql`DROP TABLE IF EXISTS ${sql(`${tablePrefix}${table}`)}`
+    }
+  })
+
+export interface ClusterEnv {
+  readonly prefix: string
+  readonly leaseMs: number
+  readonly renewMs: number
+  readonly jobs?: number
+}
+
+/** A cluster member child process (SIGKILLed with the scope). */
+export const spawnMember = (cluster: ClusterEnv) =>
+  spawnNode({
+    PORT: "0",
+    PG_PREFIX: cluster.prefix,
+    LEASE_MS: String(cluster.leaseMs),
+    RENEW_MS: String(cluster.renewMs),
+    JOBS: String(cluster.jobs ?? 0)
+  }, script)
+
+/** A cluster member in the test process, on its own TCP port and PostgreSQL client. */
+export const startMember = (cluster: ClusterEnv) =>
+  Effect.gen(function*() {
+    const scope = yield* Effect.acquireRelease(Scope.make(), (scope) => Scope.close(scope, Exit.void))
+    const layer = ReliableSystem.layerCluster({
+      lease: Duration.millis(cluster.leaseMs),
+      renewInterval: Duration.millis(cluster.renewMs)
+    }).pipe(
+      Layer.provideMerge(SocketTransport.layerSocket({ host: "127.0.0.1", port: 0, reconnect: Schedule.spaced(Duration.millis(20)) })),
+      Layer.provide(PgClusterRegistry.layer({ tablePrefix: cluster.prefix })),
+      Layer.provide(pgClientLayer())
+    )
+    const context = yield* Layer.buildWithScope(layer, scope)
+    return {
+      context,
+      system: Context.get(context, ReliableSystem.ReliableSystem),
+      run: <A, E>(effect: Effect.Effect<A, E, ReliableSystem.ReliableSystem | Transport | Scope.Scope>) =>
+        effect.pipe(Effect.provide(context), Effect.provideService(Scope.Scope, scope))
+    }
+  })
+
+/** The state counts of a durable work queue: stored (0), accepted (1), confirmed (2). */
+export const workQueueStates = (tablePrefix: string, queue: string) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient
+    const rows = yield* sql<{ readonly state: number | string; readonly n: number | string }>`
+      SELECT state, count(*) AS n FROM ${sql(`${tablePrefix}work_entries`)} WHERE queue = ${queue} GROUP BY state`
+    const counts = [0, 0, 0]
+    for (const row of rows) counts[Number(row.state)] = Number(row.n)
+    return { stored: counts[0], accepted: counts[1], confirmed: counts[2] }
   })

@@ -25,14 +25,14 @@ export interface ChildNode {
   readonly stats: Effect.Effect<Record<string, number>, Error>
 }
 
-/** Starts one node; it is killed (SIGKILL) when the scope closes, if still alive. */
-export const spawnNode = (env: Record<string, string>): Effect.Effect<ChildNode, Error, Scope.Scope> =>
+/** Starts one node (`script`: a fixture path, default RemoteNode); SIGKILLed when the scope closes, if still alive. */
+export const spawnNode = (env: Record<string, string>, script: string = fixture): Effect.Effect<ChildNode, Error, Scope.Scope> =>
   Effect.gen(function*() {
     const lines = yield* Queue.unbounded<string>()
     const exited = yield* Deferred.make<number | null>()
     const child = yield* Effect.acquireRelease(
       Effect.sync(() =>
-        ChildProcess.spawn(process.execPath, ["--import", "tsx", fixture], {
+        ChildProcess.spawn(process.execPath, ["--import", "tsx", script], {
           env: { ...process.env, ...env },
           stdio: ["pipe", "pipe", "inherit"]
         })

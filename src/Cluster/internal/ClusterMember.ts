@@ -15,7 +15,7 @@
  * lookup every system serves), so a controller restart costs no registry write and a record of a
  * dead node or a stale incarnation is never used.
  */
-import { Duration, Effect, Exit, FiberRef, FiberSet, Option, Schedule, Scope } from "effect"
+import { Duration, Effect, ExecutionStrategy, Exit, FiberRef, FiberSet, Option, Schedule, Scope } from "effect"
 import type { EndpointRecord, EndpointRegistry } from "../../internal/EndpointRegistry.js"
 import type { NodeLookup } from "../../internal/NodeLookup.js"
 import { ReliableConfigError } from "../../Protocol/Errors.js"
@@ -220,7 +220,9 @@ export const make = <R>(options: ClusterOptions<R>, parts: MemberParts): Effect.
           Effect.flatMap((record) =>
             Option.isNone(record) || record.value.node === state.node
               ? Effect.succeed(undefined)
-              : parts.nodes.ask(record.value.node, name)
+              : Effect.map(parts.nodes.ask(record.value.node, name), (answer) =>
+                // the node's answer must describe the endpoint the registry records
+                answer !== undefined && answer.kind === record.value.kind && answer.peer === record.value.peer ? answer : undefined)
           ),
           Effect.catchAll(() => Effect.succeed(undefined))
         )
@@ -228,14 +230,16 @@ export const make = <R>(options: ClusterOptions<R>, parts: MemberParts): Effect.
 
     const start = (provide: Hosting.HostingRuntime["provide"]) =>
       Effect.gen(function*() {
-        const scope = yield* Effect.scope
+        // Hosted endpoints live in a scope of their own that only the finalizer below closes (a
+        // child of the system's scope could close first): they must see `leaving` when they close,
+        // or they would release their names instead of leaving them to a survivor.
+        const scope = yield* Scope.make(ExecutionStrategy.sequential)
         runtime = { state, scope, provide, runFork }
         yield* Effect.addFinalizer(() =>
           Effect.gen(function*() {
             state.leaving = true
-            const hosted = [...state.hosted.values()]
             state.hosted.clear()
-            for (const scope of hosted) yield* Scope.close(scope, Exit.void)
+            yield* Scope.close(scope, Exit.void)
             yield* Effect.ignore(registry.leave(state.node, state.incarnation))
           })
         )

@@ -4,6 +4,7 @@
 import { Effect } from "effect"
 import type { Row } from "./Row.js"
 import * as Baseline from "./baseline.js"
+import * as Chunked from "./chunked.js"
 import * as Durable from "./durable.js"
 import * as PointToPoint from "./pointToPoint.js"
 import * as Remote from "./remote.js"
@@ -23,5 +24,8 @@ export const cases: Record<string, Case> = {
   "durable-pg-send-20k": () => run(Durable.postgresSend(20_000)),
   "durable-pg-sendAll-100k": () => run(Durable.postgresSendAll(100_000)),
   "remote-tcp-1m-w50": () => run(Remote.remote(1_000_000, 50)),
-  "remote-tcp-1m-w1000": () => run(Remote.remote(1_000_000, 1000))
+  "remote-tcp-1m-w1000": () => run(Remote.remote(1_000_000, 1000)),
+  "chunked-8mib-x200": () => run(Chunked.chunkedFlow({ messages: 200, messageBytes: 8 * 1024 * 1024, chunkSize: 256 * 1024, window: 50 })),
+  "chunked-8mib-x200-collect": () =>
+    run(Chunked.chunkedFlow({ messages: 200, messageBytes: 8 * 1024 * 1024, chunkSize: 256 * 1024, window: 50, collect: true }))
 }

@@ -49,13 +49,18 @@ export class SeqLog<A> {
     return new SeqLog(copy, 0, copy.length)
   }
 
-  /** Drops `count` entries from the front; compacts the backing array once most of it is dead. */
+  /**
+   * Drops `count` entries from the front; compacts the backing array once the dead front is more
+   * half the live part or more (amortized O(1) per entry). Dead slots still reference their entries
+   * until then, so a log of large payloads (chunks of big messages) pins at most half again what
+   * it holds.
+   */
   dropFront(count: number): SeqLog<A> {
     if (count <= 0) return this
     if (count >= this.length) return SeqLog.empty()
     const offset = this.offset + count
     const length = this.length - count
-    if (offset > 1024 && offset > length) {
+    if (offset > 8 && 2 * offset >= length) {
       return new SeqLog(this.backing.slice(offset, offset + length), 0, length)
     }
     return new SeqLog(this.backing, offset, length)

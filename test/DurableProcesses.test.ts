@@ -67,9 +67,12 @@ const run = () => it.live("a producer process killed mid-flow: a new process on 
     expect(deliveredBeforeCrash).toBeGreaterThanOrEqual(messages / 3)
     expect(deliveredBeforeCrash).toBeLessThan(messages)
     expect(orderedAtLeastOnce(indices, messages)).toBeUndefined()
-    // Only what was unconfirmed at the crash comes again: confirmed messages resubmitted by the
-    // new process are recognised (first write wins) and never dispatched twice.
-    expect(indices.length - messages).toBeLessThanOrEqual(2 * window)
+    // Only what was unconfirmed at the crash (or whose confirmation the watermark had not
+    // recorded yet) comes again: the new process resubmits every message, and the ones already
+    // confirmed are recognised (first write wins) and never dispatched twice. Were they
+    // dispatched, the duplicates would number at least everything delivered before the crash.
+    const duplicates = indices.length - messages
+    expect(duplicates).toBeLessThan(deliveredBeforeCrash / 2)
   }).pipe(Effect.scoped), 180_000)
 
 describe("durable producer crash across processes (PostgreSQL)", () => {

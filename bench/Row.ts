@@ -12,10 +12,20 @@ export interface Row {
   readonly unit: string
   /** Peak resident set size of the process that ran the case. */
   readonly peakRssMiB: number
+  /** Heap still in use after a full GC at the end of the case: what the flow retains. */
+  readonly heapAfterGcMiB?: number
   readonly note?: string
 }
 
 export const peakRssMiB = (): number => process.resourceUsage().maxRSS / 1024
+
+/** Heap in use after a full collection (the bench runs node with --expose-gc). */
+export const heapAfterGcMiB = (): number | undefined => {
+  const gc = (globalThis as { gc?: () => void }).gc
+  if (gc === undefined) return undefined
+  gc()
+  return process.memoryUsage().heapUsed / 1048576
+}
 
 /** Times `effect`, which must process `messages` units, and builds the row. */
 export const measure = <E, R>(
@@ -28,5 +38,14 @@ export const measure = <E, R>(
     const started = performance.now()
     yield* effect
     const seconds = (performance.now() - started) / 1000
-    return { name, messages, seconds, rate: messages / seconds, unit, peakRssMiB: peakRssMiB() }
+    const heap = heapAfterGcMiB()
+    return {
+      name,
+      messages,
+      seconds,
+      rate: messages / seconds,
+      unit,
+      peakRssMiB: peakRssMiB(),
+      ...(heap === undefined ? {} : { heapAfterGcMiB: heap })
+    }
   })

@@ -25,7 +25,7 @@ for (const id of ids) {
 
 const baseline = rows.find((row) => row.id === "baseline")
 const format = (value: number, digits = 0) => value.toLocaleString("en", { maximumFractionDigits: digits, minimumFractionDigits: digits })
-const header = ["case", "units", "seconds", "rate", "vs baseline", "peak RSS MiB", "note"]
+const header = ["case", "units", "seconds", "rate", "vs baseline", "peak RSS MiB", "heap after GC MiB", "note"]
 const table = rows.map((row) => [
   row.name,
   format(row.messages),
@@ -33,6 +33,7 @@ const table = rows.map((row) => [
   `${format(row.rate)} ${row.unit}`,
   baseline === undefined || row.unit !== baseline.unit ? "" : format(row.rate / baseline.rate, 2),
   format(row.peakRssMiB, 0),
+  row.heapAfterGcMiB === undefined ? "" : format(row.heapAfterGcMiB, 1),
   row.note ?? ""
 ])
 const widths = header.map((title, column) => Math.max(title.length, ...table.map((cells) => cells[column].length)))

@@ -5,9 +5,11 @@ import { Effect } from "effect"
 import type { Row } from "./Row.js"
 import * as Baseline from "./baseline.js"
 import * as Chunked from "./chunked.js"
+import * as ClusterBench from "./cluster.js"
 import * as Durable from "./durable.js"
 import * as PointToPoint from "./pointToPoint.js"
 import * as Remote from "./remote.js"
+import * as WorkPullingBench from "./workPulling.js"
 
 export type Case = () => Promise<Row>
 
@@ -27,5 +29,9 @@ export const cases: Record<string, Case> = {
   "remote-tcp-1m-w1000": () => run(Remote.remote(1_000_000, 1000)),
   "chunked-8mib-x200": () => run(Chunked.chunkedFlow({ messages: 200, messageBytes: 8 * 1024 * 1024, chunkSize: 256 * 1024, window: 50 })),
   "chunked-8mib-x200-collect": () =>
-    run(Chunked.chunkedFlow({ messages: 200, messageBytes: 8 * 1024 * 1024, chunkSize: 256 * 1024, window: 50, collect: true }))
+    run(Chunked.chunkedFlow({ messages: 200, messageBytes: 8 * 1024 * 1024, chunkSize: 256 * 1024, window: 50, collect: true })),
+  // cluster mode: the single-process durable figure first, the cross-node one beside it
+  "cluster-single-process-pg-200k": () => run(WorkPullingBench.durablePg(200_000, 2, 250)),
+  "cluster-pg-200k-2-worker-nodes": () => run(ClusterBench.crossNode(200_000, 250)),
+  "cluster-resume-after-kill": () => run(ClusterBench.resume(500))
 }

@@ -13,6 +13,8 @@ export interface HeldName {
   readonly request: ClaimRequest
   /** The registry generation this node holds the record at. */
   generation: number
+  /** The node incarnation the record names (behind `MemberState.incarnation` until reclaimed). */
+  incarnation: string
   /** Another node took the record over: the endpoint must not act any more. */
   lost: boolean
   /** Stops the endpoint's controller with a terminal event. */

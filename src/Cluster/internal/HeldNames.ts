@@ -1,0 +1,142 @@
+/**
+ * The names a member holds in the registry for its endpoints: claiming one when an endpoint is
+ * made (or adopting the record a placement assigned), releasing it when the endpoint closes,
+ * moving held records to a new node incarnation after the lease was lost, and fencing the
+ * endpoints whose records another node took over meanwhile.
+ */
+import { Duration, Effect, FiberRef, Option, Schedule } from "effect"
+import type { Scope } from "effect"
+import type { EndpointRecord } from "../../internal/EndpointRegistry.js"
+import { ReliableConfigError } from "../../Protocol/Errors.js"
+import { ReliableOwnershipLost } from "../ClusterErrors.js"
+import type { ClusterRegistryError } from "../ClusterErrors.js"
+import type { HeldName, MemberState } from "./MemberState.js"
+import { currentPlacement } from "./Placement.js"
+
+export interface Names {
+  readonly state: MemberState
+  /** Serializes claims with incarnation changes, so no claim names an incarnation being replaced. */
+  readonly lock: Effect.Semaphore
+  readonly newId: () => string
+  /** Ends the factory scope of a relocatable endpoint this node lost. */
+  readonly stopHosted: (name: string) => void
+}
+
+/** Registry calls at construction wait out backend trouble instead of failing the endpoint. */
+const patiently = <A>(state: MemberState, effect: Effect.Effect<A, ClusterRegistryError>): Effect.Effect<A> =>
+  effect.pipe(
+    Effect.tapError((error) => Effect.logWarning(`cluster: ${error.message}; retrying`)),
+    Effect.retry(Schedule.exponential(Duration.millis(20)).pipe(Schedule.union(Schedule.spaced(Duration.millis(state.renewMs))))),
+    Effect.orDie
+  )
+
+const nameError = (name: string, message: string) => new ReliableConfigError({ option: "name", message: `"${name}": ${message}` })
+
+const acquire = (names: Names, record: EndpointRecord, fence: HeldName["fence"]) =>
+  names.lock.withPermits(1)(Effect.gen(function*() {
+    const { state } = names
+    const placement = yield* FiberRef.get(currentPlacement)
+    const adopting = placement !== undefined && placement.name === record.name
+    const request = {
+      name: record.name,
+      kind: record.kind,
+      peer: record.peer,
+      factory: adopting ? placement.factory : undefined,
+      node: state.node,
+      nodeIncarnation: state.incarnation
+    }
+    let generation: number
+    if (adopting) {
+      if (!(yield* patiently(state, state.registry.adopt({ ...request, generation: placement.generation })))) {
+        return yield* nameError(record.name, "the endpoint moved to another node before it started here")
+      }
+      generation = placement.generation
+    } else {
+      const result = yield* patiently(state, state.registry.claim(request))
+      if (result._tag === "Taken") {
+        return yield* nameError(record.name, `a reliable endpoint of this name already exists on node ${result.owner} of the cluster`)
+      }
+      generation = result.generation
+    }
+    const held: HeldName = { request, generation, incarnation: state.incarnation, lost: false, fence }
+    state.held.set(record.name, held)
+    return held
+  }))
+
+const release = (names: Names, name: string, held: HeldName) =>
+  Effect.suspend(() => {
+    const { state } = names
+    if (state.held.get(name) === held) state.held.delete(name)
+    // A lost name is someone else's now; a relocatable one stays for a survivor while the node leaves.
+    if (held.lost || (state.leaving && held.request.factory !== undefined)) return Effect.void
+    return state.registry.release(name, held.generation).pipe(
+      Effect.retry(Schedule.recurs(2)),
+      Effect.catchAll((error) => Effect.logWarning(`cluster: could not release "${name}": ${error.message}`))
+    )
+  })
+
+/** Holds the endpoint's name cluster-wide for the life of the scope; a live holder elsewhere is a configuration error. */
+export const claim = (
+  names: Names,
+  record: EndpointRecord,
+  fence: HeldName["fence"]
+): Effect.Effect<void, ReliableConfigError, Scope.Scope> =>
+  Effect.asVoid(Effect.acquireRelease(acquire(names, record, fence), (held) => release(names, record.name, held)))
+
+/** Another node holds `name` now: fence its controller, end its factory's scope. */
+const lose = (names: Names, name: string, held: HeldName) =>
+  Effect.gen(function*() {
+    held.lost = true
+    const record = Option.getOrUndefined(Option.flatten(yield* Effect.option(names.state.registry.get(name))))
+    const owner = record?.live === true ? record.node : undefined
+    held.fence(new ReliableOwnershipLost({ endpointName: name, owner }))
+    names.stopHosted(name)
+    yield* Effect.logWarning(`cluster: ${names.state.node} lost "${name}"${owner === undefined ? "" : ` to ${owner}`}; its controller is fenced`)
+  })
+
+/** Moves every held record that names an older incarnation to the current one, or loses it. */
+export const reconcile = (names: Names): Effect.Effect<void, ClusterRegistryError> =>
+  names.lock.withPermits(1)(Effect.gen(function*() {
+    const { state } = names
+    for (const [name, held] of [...state.held]) {
+      if (held.lost || held.incarnation === state.incarnation) continue
+      const moved = yield* state.registry.reclaim(name, held.generation, state.node, state.incarnation)
+      if (Option.isNone(moved)) {
+        yield* lose(names, name, held)
+        continue
+      }
+      held.generation = moved.value
+      held.incarnation = state.incarnation
+    }
+  }))
+
+/** The lease was lost (expired or replaced): join again as a new incarnation. */
+export const rejoin = (names: Names): Effect.Effect<void, ClusterRegistryError> =>
+  names.lock.withPermits(1)(Effect.gen(function*() {
+    const { state } = names
+    const incarnation = names.newId()
+    yield* Effect.logWarning(`cluster: ${state.node} lost its lease; joining again`)
+    yield* state.registry.join({ node: state.node, incarnation, factories: [...state.factories.keys()] }, state.leaseMs)
+    state.incarnation = incarnation
+  }))
+
+/**
+ * Before a respawn: undefined when this node holds `name`, taking a lost name back if nobody
+ * holds it now; otherwise the reason it cannot.
+ */
+export const owns = (names: Names, name: string): Effect.Effect<ReliableOwnershipLost | undefined> =>
+  names.lock.withPermits(1)(Effect.suspend(() => {
+    const { state } = names
+    const held = state.held.get(name)
+    if (held === undefined || !held.lost) return Effect.succeed(undefined)
+    return state.registry.claim({ ...held.request, nodeIncarnation: state.incarnation }).pipe(
+      Effect.map((result) => {
+        if (result._tag === "Taken") return new ReliableOwnershipLost({ endpointName: name, owner: result.owner })
+        held.generation = result.generation
+        held.incarnation = state.incarnation
+        held.lost = false
+        return undefined
+      }),
+      Effect.catchAll(() => Effect.succeed(new ReliableOwnershipLost({ endpointName: name, owner: undefined })))
+    )
+  }))

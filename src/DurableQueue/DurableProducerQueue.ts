@@ -24,7 +24,9 @@
  * - Entries at or below the watermark may be compacted: their payloads may come back empty in a
  *   later `alreadyStored` result, but the business id stays owned, in its stored shape, so a
  *   resubmission still answers `alreadyStored` (or `QueueChunkedBatch`) and appends nothing.
- * - A batch call (`storeBatch`, `acceptBatch`) that fails writes nothing.
+ * - A batch call (`storeBatch`, `acceptBatch`, `storeAccepted`) that fails writes nothing.
+ * - `storeAccepted` (optional) is `store` then `accept` for each message in turn, in one
+ *   transaction: a crash leaves all of it or none of it.
  * - A business id that is empty or starts with the reserved chunk prefix, and a `storeChunked`
  *   without chunks, are `QueueConflict`.
  * - Any other backend failure is `QueueBackendError` and is retried by the controller.
@@ -106,6 +108,21 @@ export interface DurableProducerQueueService {
     messageIds: ReadonlyArray<string>
   ) => Effect.Effect<void, QueueFenced | QueueConflict | QueueBackendError>
   readonly confirm: (epoch: QueueEpoch, upToSeq: number) => Effect.Effect<void, QueueFenced | QueueConflict | QueueBackendError>
+  /**
+   * Optional. Stores and accepts several whole messages in one transaction, for a producer that
+   * owns its messages and acknowledges them at once (the everyday `send`/`sendAll` path): one
+   * commit instead of two, and a crash leaves neither the store nor the accept. Each result is
+   * exactly what `store` would have returned if each message were stored and then accepted, one
+   * after the other: `alreadyStored` for an id stored before (its first write, which this call
+   * accepts if it was not yet), and `accepted` telling whether the message was accepted *before*
+   * the call (so a repeated id later in the same call answers `accepted: true`). A
+   * `QueueChunkedBatch` for one id, or any other failure, fails the whole call before anything
+   * is written. A queue without it gets `storeBatch` then `acceptBatch`, two transactions.
+   */
+  readonly storeAccepted?: (
+    epoch: QueueEpoch,
+    requests: ReadonlyArray<StoreRequest>
+  ) => Effect.Effect<ReadonlyArray<StoreResult>, DurableQueueError>
 }
 
 export class DurableProducerQueue extends Context.Tag("effect-reliable/DurableProducerQueue")<

@@ -17,7 +17,10 @@
  *   be dropped, but its id keeps answering (a repeated `confirmMessage` does nothing, a
  *   resubmission returns `alreadyStored` with `confirmed: true`), so a retry after a lost answer
  *   stays harmless and a completed job is never dispatched again.
- * - A batch call (`storeBatch`, `acceptBatch`, `confirmBatch`) that fails writes nothing.
+ * - A batch call (`storeBatch`, `acceptBatch`, `confirmBatch`, `storeAccepted`) that fails
+ *   writes nothing.
+ * - `storeAccepted` (optional) is `store` then `accept` for each job in turn, in one transaction:
+ *   a crash leaves all of it or none of it.
  * - An empty message id is `QueueConflict`.
  * - `load` returns `currentSeq` (the append cursor) and every accepted, unconfirmed job in
  *   ascending seq order; holes are normal.
@@ -72,6 +75,20 @@ export interface DurableWorkQueueService {
     epoch: QueueEpoch,
     messageIds: ReadonlyArray<string>
   ) => Effect.Effect<void, QueueFenced | QueueConflict | QueueBackendError>
+  /**
+   * Optional. Stores and accepts several jobs in one transaction, for a producer that owns its
+   * jobs and acknowledges them at once (the everyday `send`/`sendAll` path): one commit instead
+   * of two, and a crash leaves neither the store nor the accept. Each result is exactly what
+   * `store` would have returned if each job were stored and then accepted, one after the other:
+   * `alreadyStored` for an id stored before (its first write, which this call accepts if it was
+   * not yet; a confirmed job stays confirmed), and `accepted` telling whether the job was
+   * accepted *before* the call (so a repeated id later in the same call answers `accepted:
+   * true`). A failure writes nothing. A queue without it gets `storeBatch` then `acceptBatch`.
+   */
+  readonly storeAccepted?: (
+    epoch: QueueEpoch,
+    requests: ReadonlyArray<StoreRequest>
+  ) => Effect.Effect<ReadonlyArray<WorkStoreResult>, QueueFenced | QueueConflict | QueueBackendError>
 }
 
 export class DurableWorkQueue extends Context.Tag("effect-reliable/DurableWorkQueue")<

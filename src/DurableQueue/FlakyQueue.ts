@@ -5,7 +5,7 @@
  * lost). The same seed and the same sequence of calls give the same failures.
  */
 import { Data, Effect } from "effect"
-import type { DurableProducerQueueService } from "./DurableProducerQueue.js"
+import type { DurableProducerQueueService, StoreRequest } from "./DurableProducerQueue.js"
 import type { DurableWorkQueueService } from "./DurableWorkQueue.js"
 import { QueueBackendError } from "./QueueErrors.js"
 import * as SeededRandom from "../internal/SeededRandom.js"
@@ -65,6 +65,7 @@ export const flakyProducerQueue = (
   options: FlakyOptions
 ): DurableProducerQueueService => {
   const fault = makeFault(options)
+  const storeAccepted = queue.storeAccepted
   return {
     load: options.failLoad === false ? queue.load : fault("load", queue.load),
     store: (epoch, request) => fault("store", queue.store(epoch, request)),
@@ -72,7 +73,10 @@ export const flakyProducerQueue = (
     storeBatch: (epoch, requests) => fault("storeBatch", queue.storeBatch(epoch, requests)),
     accept: (epoch, messageId) => fault("accept", queue.accept(epoch, messageId)),
     acceptBatch: (epoch, messageIds) => fault("acceptBatch", queue.acceptBatch(epoch, messageIds)),
-    confirm: (epoch, upToSeq) => fault("confirm", queue.confirm(epoch, upToSeq))
+    confirm: (epoch, upToSeq) => fault("confirm", queue.confirm(epoch, upToSeq)),
+    ...(storeAccepted === undefined ? {} : {
+      storeAccepted: (epoch: number, requests: ReadonlyArray<StoreRequest>) => fault("storeAccepted", storeAccepted(epoch, requests))
+    })
   }
 }
 
@@ -82,6 +86,7 @@ export const flakyProducerQueue = (
  */
 export const flakyWorkQueue = (queue: DurableWorkQueueService, options: FlakyOptions): DurableWorkQueueService => {
   const fault = makeFault(options)
+  const storeAccepted = queue.storeAccepted
   return {
     load: options.failLoad === false ? queue.load : fault("load", queue.load),
     store: (epoch, request) => fault("store", queue.store(epoch, request)),
@@ -89,6 +94,9 @@ export const flakyWorkQueue = (queue: DurableWorkQueueService, options: FlakyOpt
     accept: (epoch, messageId) => fault("accept", queue.accept(epoch, messageId)),
     acceptBatch: (epoch, messageIds) => fault("acceptBatch", queue.acceptBatch(epoch, messageIds)),
     confirmMessage: (epoch, messageId) => fault("confirmMessage", queue.confirmMessage(epoch, messageId)),
-    confirmBatch: (epoch, messageIds) => fault("confirmBatch", queue.confirmBatch(epoch, messageIds))
+    confirmBatch: (epoch, messageIds) => fault("confirmBatch", queue.confirmBatch(epoch, messageIds)),
+    ...(storeAccepted === undefined ? {} : {
+      storeAccepted: (epoch: number, requests: ReadonlyArray<StoreRequest>) => fault("storeAccepted", storeAccepted(epoch, requests))
+    })
   }
 }

@@ -57,21 +57,27 @@ const append = (state: State, plan: StorePlan): ReadonlyArray<StoreResult> => {
     state.messages.set(message.messageId, message)
     for (const entry of message.entries) state.live.push({ entry, owner: message.messageId })
   }
+  for (const message of plan.accepts) {
+    state.messages.set(message.messageId, { ...state.messages.get(message.messageId)!, accepted: true })
+  }
   state.currentSeq = plan.currentSeq
   return plan.results
 }
 
+/** Stores whole messages (`store`, `storeBatch`), or stores and accepts them (`storeAccepted`). */
 const storeWhole = (
   state: State,
   epoch: QueueEpoch,
-  requests: ReadonlyArray<StoreRequest>
+  requests: ReadonlyArray<StoreRequest>,
+  accept: boolean
 ): Effect.Effect<ReadonlyArray<StoreResult>, QueueFenced | QueueConflict | QueueChunkedBatch> =>
   Effect.suspend((): Effect.Effect<ReadonlyArray<StoreResult>, QueueFenced | QueueConflict | QueueChunkedBatch> => {
     const rejected = admit(state, epoch, { _tag: "Whole", requests })
     if (rejected !== undefined) return Effect.fail(rejected)
     // the queue keeps its own copy of every payload
     const copies = requests.map((request) => ({ messageId: request.messageId, payload: request.payload.slice() }))
-    return Either.map(Rules.planWhole(state.currentSeq, lookupIn(state), copies), (plan) => append(state, plan))
+    const plan = (accept ? Rules.planWholeAccepted : Rules.planWhole)(state.currentSeq, lookupIn(state), copies)
+    return Either.map(plan, (planned) => append(state, planned))
   })
 
 const storeChunked = (
@@ -133,12 +139,13 @@ export const make: Effect.Effect<DurableProducerQueueService> = Effect.sync(() =
   const state: State = { epoch: 0, currentSeq: 0, confirmedSeq: 0, messages: new Map(), live: [] }
   return {
     load: Effect.sync(() => load(state)),
-    store: (epoch, request) => Effect.map(storeWhole(state, epoch, [request]), (results) => results[0]),
+    store: (epoch, request) => Effect.map(storeWhole(state, epoch, [request], false), (results) => results[0]),
     storeChunked: (epoch, messageId, chunks) => storeChunked(state, epoch, messageId, chunks),
-    storeBatch: (epoch, requests) => storeWhole(state, epoch, requests),
+    storeBatch: (epoch, requests) => storeWhole(state, epoch, requests, false),
     accept: (epoch, messageId) => Effect.suspend(() => accept(state, epoch, [messageId])),
     acceptBatch: (epoch, messageIds) => Effect.suspend(() => accept(state, epoch, messageIds)),
-    confirm: (epoch, upToSeq) => Effect.suspend(() => confirm(state, epoch, upToSeq))
+    confirm: (epoch, upToSeq) => Effect.suspend(() => confirm(state, epoch, upToSeq)),
+    storeAccepted: (epoch, requests) => storeWhole(state, epoch, requests, true)
   }
 })
 

@@ -38,20 +38,23 @@ const load = (state: State): WorkLoadResult => {
   return { state: { currentSeq: state.currentSeq, pending }, epoch: state.epoch }
 }
 
+/** Stores jobs (`store`, `storeBatch`), or stores and accepts them (`storeAccepted`). */
 const store = (
   state: State,
   epoch: QueueEpoch,
-  requests: ReadonlyArray<StoreRequest>
+  requests: ReadonlyArray<StoreRequest>,
+  accept: boolean
 ): Either.Either<ReadonlyArray<WorkStoreResult>, QueueFenced | QueueConflict> => {
   const rejected = Rules.validateStore(requests) ?? checkEpoch(state.epoch, epoch)
   if (rejected !== undefined) return Either.left(rejected)
   // the queue keeps its own copy of every payload
   const copies = requests.map((request) => ({ messageId: request.messageId, payload: request.payload.slice() }))
-  const plan = Rules.planStore(state.currentSeq, lookupIn(state), copies)
+  const plan = (accept ? Rules.planStoreAccepted : Rules.planStore)(state.currentSeq, lookupIn(state), copies)
   for (const job of plan.appended) {
     state.jobs.set(job.entry.messageId, job)
     state.open.set(job.entry.seq, job.entry.messageId)
   }
+  for (const job of plan.accepts) state.jobs.set(job.entry.messageId, { ...job, state: "Accepted" })
   state.currentSeq = plan.currentSeq
   return Either.right(plan.results)
 }
@@ -92,12 +95,13 @@ export const make: Effect.Effect<DurableWorkQueueService> = Effect.sync(() => {
   const state: State = { epoch: 0, currentSeq: 0, jobs: new Map(), open: new Map() }
   return {
     load: Effect.sync(() => load(state)),
-    store: (epoch, request) => Effect.map(Effect.suspend(() => store(state, epoch, [request])), (results) => results[0]),
-    storeBatch: (epoch, requests) => Effect.suspend(() => store(state, epoch, requests)),
+    store: (epoch, request) => Effect.map(Effect.suspend(() => store(state, epoch, [request], false)), (results) => results[0]),
+    storeBatch: (epoch, requests) => Effect.suspend(() => store(state, epoch, requests, false)),
     accept: (epoch, messageId) => Effect.suspend(() => accept(state, epoch, [messageId])),
     acceptBatch: (epoch, messageIds) => Effect.suspend(() => accept(state, epoch, messageIds)),
     confirmMessage: (epoch, messageId) => Effect.suspend(() => confirm(state, epoch, [messageId])),
-    confirmBatch: (epoch, messageIds) => Effect.suspend(() => confirm(state, epoch, messageIds))
+    confirmBatch: (epoch, messageIds) => Effect.suspend(() => confirm(state, epoch, messageIds)),
+    storeAccepted: (epoch, requests) => Effect.suspend(() => store(state, epoch, requests, true))
   }
 })
 

@@ -12,6 +12,8 @@
  *
  * Randomized tests are seeded: a failure prints its seed, and `RELIABLE_CONFORMANCE_SEED=<n>`
  * replays one seed.
+ *
+ * `storeAccepted` is optional: its tests pass without checking anything on a queue that lacks it.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Effect, Either, Layer } from "effect"
@@ -185,6 +187,25 @@ const modelAccept = (model: Model, epoch: number, ids: ReadonlyArray<string>): [
   return [{ ...model, messages }, { ok: undefined }]
 }
 
+/** `storeAccepted`: store then accept, one request after the other; a failure writes nothing. */
+const modelStoreAccepted = (
+  model: Model,
+  epoch: number,
+  requests: ReadonlyArray<StoreRequest>
+): [Model, Outcome<ReadonlyArray<ResultView>>] => {
+  const fenced = fencing(model, epoch)
+  if (fenced !== undefined) return [model, { error: fenced }]
+  let next = model
+  const results: Array<ResultView> = []
+  for (const request of requests) {
+    const [stored, result] = modelStore(next, epoch, [request])
+    if ("error" in result) return [model, result]
+    results.push(result.ok[0])
+    next = modelAccept(stored, epoch, [request.messageId])[0]
+  }
+  return [next, { ok: results }]
+}
+
 const modelConfirm = (model: Model, epoch: number, upToSeq: number): [Model, Outcome<void>] => {
   const fenced = fencing(model, epoch)
   if (fenced !== undefined) return [model, { error: fenced }]
@@ -200,8 +221,10 @@ type Step =
   | { readonly _tag: "StoreChunked"; readonly messageId: string; readonly chunks: ReadonlyArray<Uint8Array> }
   | { readonly _tag: "Accept"; readonly ids: ReadonlyArray<string>; readonly batch: boolean }
   | { readonly _tag: "Confirm"; readonly upToSeq: number }
+  | { readonly _tag: "StoreAccepted"; readonly requests: ReadonlyArray<StoreRequest> }
 
-const randomStep = (random: SeededRandom.SeededRandom, model: Model): Step => {
+/** `fused`: the queue has `storeAccepted` (without it, those steps are plain batch stores). */
+const randomStep = (random: SeededRandom.SeededRandom, model: Model, fused: boolean): Step => {
   const id = () => idPool[random.int(0, idPool.length - 1)]
   const roll = random.next()
   if (roll < 0.25) return { _tag: "Store", requests: [{ messageId: id(), payload: randomPayload(random) }], batch: false }
@@ -215,6 +238,10 @@ const randomStep = (random: SeededRandom.SeededRandom, model: Model): Step => {
   }
   if (roll < 0.7) return { _tag: "Accept", ids: [id()], batch: false }
   if (roll < 0.8) return { _tag: "Accept", ids: Array.from({ length: random.int(0, 3) }, id), batch: true }
+  if (roll < 0.9) {
+    const requests = Array.from({ length: random.int(1, 4) }, () => ({ messageId: id(), payload: randomPayload(random) }))
+    return fused ? { _tag: "StoreAccepted", requests } : { _tag: "Store", requests, batch: true }
+  }
   return { _tag: "Confirm", upToSeq: random.int(0, model.currentSeq + 1) }
 }
 
@@ -259,6 +286,14 @@ const runStep = (queue: DurableProducerQueueService, model: Model, writer: Write
         const actual = yield* outcome(queue.confirm(epoch, step.upToSeq), () => undefined)
         return [next, actual as Outcome<unknown>, expected as Outcome<unknown>] as const
       }
+      case "StoreAccepted": {
+        const [next, expected] = modelStoreAccepted(model, writer.model, step.requests)
+        const actual = yield* outcome(queue.storeAccepted!(epoch, step.requests), (results) => results.map(viewResult))
+        const lenient = "ok" in actual && "ok" in expected
+          ? { ok: allowCompacted(actual.ok, expected.ok, model.confirmedSeq) }
+          : actual
+        return [next, lenient as Outcome<unknown>, expected as Outcome<unknown>] as const
+      }
     }
   })
 
@@ -274,6 +309,8 @@ const describeStep = (step: Step, epoch: number): string => {
       return `${step.batch ? "acceptBatch" : "accept"}(${epoch}, ${step.ids.join(",")})`
     case "Confirm":
       return `confirm(${epoch}, ${step.upToSeq})`
+    case "StoreAccepted":
+      return `storeAccepted(${epoch}, ${step.requests.map((r) => `${r.messageId}=${hex(r.payload)}`).join(",")})`
   }
 }
 
@@ -679,7 +716,7 @@ const fencingTests = ({ fresh, seeds, steps }: Suite) =>
               expect(viewState(loaded.state), `step ${i}: load by writer ${index}`).toEqual(expected)
               continue
             }
-            const step = randomStep(random, model)
+            const step = randomStep(random, model, queue.storeAccepted !== undefined)
             const [next, actual, expected] = yield* runStep(queue, model, writer, step)
             model = next
             expect(actual, `step ${i}: writer ${index} ${describeStep(step, writer.queue)}`).toEqual(expected)
@@ -745,6 +782,152 @@ const batchTests = ({ fresh, seeds }: Suite) =>
       }))
   })
 
+const storeAcceptedTests = ({ fresh, seeds }: Suite) =>
+  describe("storeAccepted (optional)", () => {
+    it.scoped("stores and accepts in one step; each result is the store's", () =>
+      Effect.gen(function*() {
+        const queue = yield* fresh
+        const storeAccepted = queue.storeAccepted
+        if (storeAccepted === undefined) return
+        const { epoch } = yield* queue.load
+        yield* queue.store(epoch, { messageId: "old", payload: bytes("o") })
+        const results = yield* storeAccepted(epoch, [
+          { messageId: "a", payload: bytes("a") },
+          { messageId: "old", payload: bytes("other") },
+          { messageId: "b", payload: bytes("b") },
+          { messageId: "a", payload: bytes("again") }
+        ])
+        const entry = (seq: number, messageId: string, payload: string) => ({
+          seq,
+          messageId,
+          payload: hex(bytes(payload)),
+          chunk: null
+        })
+        expect(results.map(viewResult)).toEqual([
+          { messageId: "a", alreadyStored: false, accepted: false, entries: [entry(2, "a", "a")] },
+          // stored before, not accepted: its first write, accepted by this call
+          { messageId: "old", alreadyStored: true, accepted: false, entries: [entry(1, "old", "o")] },
+          { messageId: "b", alreadyStored: false, accepted: false, entries: [entry(3, "b", "b")] },
+          // accepted earlier in the same call, as store then accept one by one would say
+          { messageId: "a", alreadyStored: true, accepted: true, entries: [entry(2, "a", "a")] }
+        ])
+        const { epoch: next, state } = yield* queue.load
+        expect(viewState(state)).toEqual({
+          currentSeq: 3,
+          confirmedSeq: 0,
+          unconfirmed: [entry(1, "old", "o"), entry(2, "a", "a"), entry(3, "b", "b")]
+        })
+        // a resubmission of accepted messages appends nothing and answers accepted
+        const again = yield* storeAccepted(next, [{ messageId: "b", payload: bytes("x") }])
+        expect(again.map(viewResult)).toEqual([
+          { messageId: "b", alreadyStored: true, accepted: true, entries: [entry(3, "b", "b")] }
+        ])
+        expect((yield* queue.load).state.currentSeq).toBe(3)
+      }))
+
+    for (const seed of seeds) {
+      it.scoped(`storeAccepted equals store then accept, one message after the other (seed ${seed})`, () =>
+        Effect.gen(function*() {
+          const fused = yield* fresh
+          const single = yield* fresh
+          const storeAccepted = fused.storeAccepted
+          if (storeAccepted === undefined) return
+          const { epoch: fusedEpoch } = yield* fused.load
+          const { epoch: singleEpoch } = yield* single.load
+          const random = SeededRandom.make(seed)
+          const chunkedIds = new Set<string>()
+          const storedIds: Array<string> = []
+          let currentSeq = 0
+          for (let round = 0; round < 16; round++) {
+            const roll = random.next()
+            const pool = [...idPool, ...storedIds].filter((id) => !chunkedIds.has(id))
+            const pick = () => pool[random.int(0, pool.length - 1)]
+            if (roll < 0.2) {
+              // plain stores leave ids stored but unaccepted, for storeAccepted to find
+              const request = { messageId: pick(), payload: randomPayload(random) }
+              const a = yield* fused.store(fusedEpoch, request)
+              const b = yield* single.store(singleEpoch, request)
+              expect(viewResult(a), `round ${round}`).toEqual(viewResult(b))
+              currentSeq = Math.max(currentSeq, ...a.entries.map((entry) => entry.seq))
+              if (!storedIds.includes(request.messageId)) storedIds.push(request.messageId)
+            } else if (roll < 0.3) {
+              const id = `chunked${round}`
+              chunkedIds.add(id)
+              const chunks = [randomPayload(random), randomPayload(random)]
+              const a = yield* fused.storeChunked(fusedEpoch, id, chunks)
+              expect(viewResult(a)).toEqual(viewResult(yield* single.storeChunked(singleEpoch, id, chunks)))
+              currentSeq += 2
+            } else if (roll < 0.4 && currentSeq > 0) {
+              const upTo = random.int(0, currentSeq)
+              yield* fused.confirm(fusedEpoch, upTo)
+              yield* single.confirm(singleEpoch, upTo)
+            } else {
+              const requests = Array.from({ length: random.int(1, 8) }, () => ({
+                messageId: pick(),
+                payload: randomPayload(random)
+              }))
+              const a = yield* storeAccepted(fusedEpoch, requests)
+              const b: Array<StoreResult> = []
+              for (const request of requests) {
+                b.push(yield* single.store(singleEpoch, request))
+                yield* single.accept(singleEpoch, request.messageId)
+              }
+              expect(a.map(viewResult), `round ${round}`).toEqual(b.map(viewResult))
+              for (const result of a) {
+                currentSeq = Math.max(currentSeq, ...result.entries.map((entry) => entry.seq))
+                if (!storedIds.includes(result.messageId)) storedIds.push(result.messageId)
+              }
+            }
+          }
+          expect(viewState((yield* fused.load).state)).toEqual(viewState((yield* single.load).state))
+        }).pipe(withSeed("producer queue", "storeAccepted equivalence", seed)))
+    }
+
+    it.scoped("a chunked batch's id, an empty id or a stale epoch fails the whole call and writes nothing", () =>
+      Effect.gen(function*() {
+        const queue = yield* fresh
+        const storeAccepted = queue.storeAccepted
+        if (storeAccepted === undefined) return
+        const { epoch: old } = yield* queue.load
+        yield* queue.storeChunked(old, "big", [bytes("1"), bytes("2")])
+        yield* queue.store(old, { messageId: "stored", payload: bytes("s") })
+        const { epoch, state: before } = yield* queue.load
+        const fresh1 = { messageId: "new", payload: bytes("n") }
+        const stored = { messageId: "stored", payload: bytes("s") }
+        expect(yield* failureTag(storeAccepted(epoch, [fresh1, stored, { messageId: "big", payload: bytes("b") }])))
+          .toBe("QueueChunkedBatch")
+        expect(yield* failureTag(storeAccepted(epoch, [fresh1, stored, { messageId: "", payload: bytes("e") }])))
+          .toBe("QueueConflict")
+        expect(yield* failureTag(storeAccepted(old, [fresh1, stored]))).toBe("QueueFenced")
+        const { epoch: latest, state: after } = yield* queue.load
+        expect(viewState(after)).toEqual(viewState(before))
+        // nothing was stored or accepted: "new" is new, "stored" still unaccepted
+        const results = yield* storeAccepted(latest, [fresh1, stored])
+        expect(results.map((result) => [result.alreadyStored, result.accepted])).toEqual([[false, false], [true, false]])
+      }))
+
+    it.scoped("concurrent calls with one id: exactly one seq, every caller sees the first write", () =>
+      Effect.gen(function*() {
+        const queue = yield* fresh
+        const storeAccepted = queue.storeAccepted
+        if (storeAccepted === undefined) return
+        yield* warmUp(queue.load)
+        const { epoch } = yield* queue.load
+        const results = yield* Effect.all(
+          Array.from({ length: 8 }, (_, i) =>
+            storeAccepted(epoch, [{ messageId: `own${i}`, payload: bytes(`${i}`) }, { messageId: "shared", payload: bytes(`${i}`) }])),
+          { concurrency: "unbounded" }
+        )
+        const shared = results.map((pair) => viewResult(pair[1]))
+        const first = shared.filter((result) => !result.alreadyStored)
+        expect(first).toHaveLength(1)
+        for (const result of shared) expect(result.entries).toEqual(first[0].entries)
+        const { state } = yield* queue.load
+        expect(state.currentSeq).toBe(9)
+        expect(state.unconfirmed.map((entry) => entry.seq)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9])
+      }))
+  })
+
 const modelTests = ({ fresh, seeds, steps }: Suite) =>
   describe("model", () => {
     for (const seed of seeds) {
@@ -757,7 +940,7 @@ const modelTests = ({ fresh, seeds, steps }: Suite) =>
           let writer: WriterEpoch = { queue: first.epoch, model: model.epoch }
           let previous: WriterEpoch | undefined = undefined
           for (let i = 0; i < steps; i++) {
-            const step = randomStep(random, model)
+            const step = randomStep(random, model, queue.storeAccepted !== undefined)
             // now and then a write from the writer before the last load: it must be fenced
             const stale = previous !== undefined && random.chance(0.1) ? previous : undefined
             const [next, actual, expected] = yield* runStep(queue, model, stale ?? writer, step)
@@ -793,6 +976,7 @@ export const producerQueueConformance = (
     acceptConfirmTests(suite)
     fencingTests(suite)
     batchTests(suite)
+    storeAcceptedTests(suite)
     modelTests(suite)
   })
 }

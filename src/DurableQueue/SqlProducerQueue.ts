@@ -94,6 +94,8 @@ interface NewRow {
   readonly part: number
   readonly partCount: number
   readonly payload: Uint8Array
+  /** 1 when stored accepted (`storeAccepted`), else 0. */
+  readonly accepted: number
 }
 
 const decodeHead = (rows: ReadonlyArray<HeadRow>): Head =>
@@ -152,7 +154,8 @@ const rowsOf = (messages: ReadonlyArray<StoredMessage>): ReadonlyArray<NewRow> =
       businessId: message.messageId,
       part: message.chunked ? index : 0,
       partCount: message.chunked ? message.entries.length : 0,
-      payload: entry.payload
+      payload: entry.payload,
+      accepted: message.accepted ? 1 : 0
     }))
   )
 
@@ -229,12 +232,12 @@ const insertRows = ({ entries, name, sql }: Queue, rows: ReadonlyArray<NewRow>) 
     rows,
     (all) =>
       sql`INSERT INTO ${entries} (queue, seq, business_id, part, part_count, payload, accepted)
-        SELECT ${name}, r.seq, r.business_id, r.part, r.part_count, r.payload, 0
+        SELECT ${name}, r.seq, r.business_id, r.part, r.part_count, r.payload, r.accepted
         FROM unnest(
           ${all.map((row) => row.seq)}::bigint[], ${all.map((row) => row.businessId)}::text[],
           ${all.map((row) => row.part)}::int[], ${all.map((row) => row.partCount)}::int[],
-          ${all.map((row) => toParam(row.payload))}::bytea[]
-        ) AS r(seq, business_id, part, part_count, payload)`,
+          ${all.map((row) => toParam(row.payload))}::bytea[], ${all.map((row) => row.accepted)}::smallint[]
+        ) AS r(seq, business_id, part, part_count, payload, accepted)`,
     (run) =>
       sql`INSERT INTO ${entries} ${
         sql.insert(run.map((row) => ({
@@ -244,7 +247,7 @@ const insertRows = ({ entries, name, sql }: Queue, rows: ReadonlyArray<NewRow>) 
           part: row.part,
           part_count: row.partCount,
           payload: toParam(row.payload),
-          accepted: 0
+          accepted: row.accepted
         })))
       }`
   )
@@ -306,6 +309,9 @@ const storeLocked = <E>(queue: Queue, epoch: QueueEpoch, command: StoreCommand, 
         yield* insertRows(queue, rowsOf(planned.appended))
         yield* queue.sql`UPDATE ${queue.queues} SET current_seq = ${planned.currentSeq} WHERE name = ${queue.name}`
       }
+      if (planned.accepts.length > 0) {
+        yield* setAccepted(queue, planned.accepts.flatMap((message) => message.entries.map((entry) => entry.seq)))
+      }
       return planned.results
     }))
 
@@ -329,12 +335,12 @@ const storeFast = <E>(
       RETURNING current_seq - ${count} AS base
     )
     INSERT INTO ${entries} (queue, seq, business_id, part, part_count, payload, accepted)
-    SELECT ${name}, q.base + r.seq, r.business_id, r.part, r.part_count, r.payload, 0
+    SELECT ${name}, q.base + r.seq, r.business_id, r.part, r.part_count, r.payload, r.accepted
     FROM q, unnest(
       ${rows.map((row) => row.seq)}::bigint[], ${rows.map((row) => row.businessId)}::text[],
       ${rows.map((row) => row.part)}::int[], ${rows.map((row) => row.partCount)}::int[],
-      ${rows.map((row) => toParam(row.payload))}::bytea[]
-    ) AS r(seq, business_id, part, part_count, payload)
+      ${rows.map((row) => toParam(row.payload))}::bytea[], ${rows.map((row) => row.accepted)}::smallint[]
+    ) AS r(seq, business_id, part, part_count, payload, accepted)
     RETURNING seq`.pipe(
     Effect.map((inserted) => {
       if (inserted.length !== rows.length) return Option.none()
@@ -363,9 +369,16 @@ const store = <E>(
   return mapSqlError(operation)(run)
 }
 
-const storeWhole = (queue: Queue, operation: string, epoch: QueueEpoch, requests: ReadonlyArray<StoreRequest>) =>
+/** Stores whole messages (`store`, `storeBatch`), or stores and accepts them (`storeAccepted`). */
+const storeWhole = (
+  queue: Queue,
+  operation: string,
+  epoch: QueueEpoch,
+  requests: ReadonlyArray<StoreRequest>,
+  accept: boolean
+) =>
   store(queue, operation, epoch, { _tag: "Whole", requests }, (currentSeq, lookup) =>
-    Rules.planWhole(currentSeq, lookup, requests))
+    (accept ? Rules.planWholeAccepted : Rules.planWhole)(currentSeq, lookup, requests))
 
 const storeChunked = (queue: Queue, epoch: QueueEpoch, messageId: string, chunks: ReadonlyArray<Uint8Array>) =>
   store(
@@ -484,13 +497,14 @@ export const make = (
     }
     return {
       load: load(queue),
-      store: (epoch, request) => Effect.map(storeWhole(queue, "store", epoch, [request]), (results) => results[0]),
+      store: (epoch, request) => Effect.map(storeWhole(queue, "store", epoch, [request], false), (results) => results[0]),
       storeChunked: (epoch, messageId, chunks) =>
         Effect.map(storeChunked(queue, epoch, messageId, chunks), (results) => results[0]),
-      storeBatch: (epoch, requests) => storeWhole(queue, "storeBatch", epoch, requests),
+      storeBatch: (epoch, requests) => storeWhole(queue, "storeBatch", epoch, requests, false),
       accept: (epoch, messageId) => accept(queue, "accept", epoch, [messageId]),
       acceptBatch: (epoch, messageIds) => accept(queue, "acceptBatch", epoch, messageIds),
-      confirm: (epoch, upToSeq) => confirm(queue, epoch, upToSeq)
+      confirm: (epoch, upToSeq) => confirm(queue, epoch, upToSeq),
+      storeAccepted: (epoch, requests) => storeWhole(queue, "storeAccepted", epoch, requests, true)
     }
   })
 

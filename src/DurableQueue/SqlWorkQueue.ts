@@ -78,6 +78,8 @@ const stateNames: ReadonlyArray<JobState> = ["Stored", "Accepted", "Confirmed"]
 
 const decodeState = (value: number | string): JobState => stateNames[toNumber(value)] ?? "Stored"
 
+const stateCode = (state: JobState): number => state === "Stored" ? Stored : state === "Accepted" ? Accepted : Confirmed
+
 const decodeHead = (rows: ReadonlyArray<HeadRow>): Head =>
   rows.length === 0 ? { epoch: 0, currentSeq: 0 } : {
     epoch: toNumber(rows[0].epoch),
@@ -152,11 +154,11 @@ const insertJobs = ({ entries, name, sql }: Queue, jobs: ReadonlyArray<StoredJob
     jobs,
     (all) =>
       sql`INSERT INTO ${entries} (queue, seq, message_id, payload, state)
-        SELECT ${name}, r.seq, r.message_id, r.payload, ${Stored}
+        SELECT ${name}, r.seq, r.message_id, r.payload, r.state
         FROM unnest(
           ${all.map((job) => job.entry.seq)}::bigint[], ${all.map((job) => job.entry.messageId)}::text[],
-          ${all.map((job) => toParam(job.entry.payload))}::bytea[]
-        ) AS r(seq, message_id, payload)`,
+          ${all.map((job) => toParam(job.entry.payload))}::bytea[], ${all.map((job) => stateCode(job.state))}::smallint[]
+        ) AS r(seq, message_id, payload, state)`,
     (run) =>
       sql`INSERT INTO ${entries} ${
         sql.insert(run.map((job) => ({
@@ -164,7 +166,7 @@ const insertJobs = ({ entries, name, sql }: Queue, jobs: ReadonlyArray<StoredJob
           seq: job.entry.seq,
           message_id: job.entry.messageId,
           payload: toParam(job.entry.payload),
-          state: Stored
+          state: stateCode(job.state)
         })))
       }`
   )
@@ -217,15 +219,19 @@ const load = ({ entries, name, queues, sql }: Queue): Effect.Effect<WorkLoadResu
 
 // ---- store -----------------------------------------------------------------------------------
 
-const storeLocked = (queue: Queue, epoch: QueueEpoch, requests: ReadonlyArray<StoreRequest>) =>
+/** Plans a store: `planStore`, or `planStoreAccepted` for `storeAccepted`. */
+type Planner = typeof Rules.planStore
+
+const storeLocked = (queue: Queue, epoch: QueueEpoch, requests: ReadonlyArray<StoreRequest>, planner: Planner) =>
   locked(queue, epoch, (head) =>
     Effect.gen(function*() {
       const existing = yield* selectJobs(queue, distinct(requests.map((request) => request.messageId)))
-      const plan = Rules.planStore(head.currentSeq, (id) => existing.get(id), requests)
+      const plan = planner(head.currentSeq, (id) => existing.get(id), requests)
       if (plan.appended.length > 0) {
         yield* insertJobs(queue, plan.appended)
         yield* queue.sql`UPDATE ${queue.queues} SET current_seq = ${plan.currentSeq} WHERE name = ${queue.name}`
       }
+      if (plan.accepts.length > 0) yield* setState(queue, plan.accepts.map((job) => job.entry.seq), Accepted)
       return plan.results
     }))
 
@@ -237,9 +243,10 @@ const storeLocked = (queue: Queue, epoch: QueueEpoch, requests: ReadonlyArray<St
 const storeFast = (
   { entries, name, queues, sql }: Queue,
   epoch: QueueEpoch,
-  requests: ReadonlyArray<StoreRequest>
+  requests: ReadonlyArray<StoreRequest>,
+  planner: Planner
 ): Effect.Effect<Option.Option<ReadonlyArray<WorkStoreResult>>, SqlError> => {
-  const draft = Rules.planStore(0, () => undefined, requests)
+  const draft = planner(0, () => undefined, requests)
   if (draft.appended.length === 0) return Effect.succeedNone
   const jobs = draft.appended
   const count = draft.currentSeq
@@ -249,34 +256,37 @@ const storeFast = (
       RETURNING current_seq - ${count} AS base
     )
     INSERT INTO ${entries} (queue, seq, message_id, payload, state)
-    SELECT ${name}, q.base + r.seq, r.message_id, r.payload, ${Stored}
+    SELECT ${name}, q.base + r.seq, r.message_id, r.payload, r.state
     FROM q, unnest(
       ${jobs.map((job) => job.entry.seq)}::bigint[], ${jobs.map((job) => job.entry.messageId)}::text[],
-      ${jobs.map((job) => toParam(job.entry.payload))}::bytea[]
-    ) AS r(seq, message_id, payload)
+      ${jobs.map((job) => toParam(job.entry.payload))}::bytea[], ${jobs.map((job) => stateCode(job.state))}::smallint[]
+    ) AS r(seq, message_id, payload, state)
     RETURNING seq`.pipe(
     Effect.map((inserted) => {
       if (inserted.length !== jobs.length) return Option.none()
       const base = inserted.reduce((min, row) => Math.min(min, toNumber(row.seq)), Infinity) - 1
-      return Option.some(Rules.planStore(base, () => undefined, requests).results)
+      return Option.some(planner(base, () => undefined, requests).results)
     }),
     Effect.catchIf(isFastPathMiss, () => Effect.succeedNone)
   )
 }
 
+/** Stores jobs (`store`, `storeBatch`), or stores and accepts them (`storeAccepted`). */
 const store = (
   queue: Queue,
   operation: string,
   epoch: QueueEpoch,
-  requests: ReadonlyArray<StoreRequest>
+  requests: ReadonlyArray<StoreRequest>,
+  accept: boolean
 ): Effect.Effect<ReadonlyArray<WorkStoreResult>, QueueFenced | QueueConflict | QueueBackendError> => {
   const invalid = Rules.validateStore(requests)
   if (invalid !== undefined) return Effect.fail(invalid)
+  const planner = accept ? Rules.planStoreAccepted : Rules.planStore
   const run = queue.sql.onDialectOrElse({
     pg: () =>
-      Effect.flatMap(storeFast(queue, epoch, requests), (fast) =>
-        Option.isSome(fast) ? Effect.succeed(fast.value) : storeLocked(queue, epoch, requests)),
-    orElse: () => storeLocked(queue, epoch, requests)
+      Effect.flatMap(storeFast(queue, epoch, requests, planner), (fast) =>
+        Option.isSome(fast) ? Effect.succeed(fast.value) : storeLocked(queue, epoch, requests, planner)),
+    orElse: () => storeLocked(queue, epoch, requests, planner)
   })
   return mapSqlError(operation)(run)
 }
@@ -378,12 +388,13 @@ export const make = (
     const queue: Queue = { sql, name: options.queueName, queues: sql(t.workQueues), entries: sql(t.workEntries) }
     return {
       load: load(queue),
-      store: (epoch, request) => Effect.map(store(queue, "store", epoch, [request]), (results) => results[0]),
-      storeBatch: (epoch, requests) => store(queue, "storeBatch", epoch, requests),
+      store: (epoch, request) => Effect.map(store(queue, "store", epoch, [request], false), (results) => results[0]),
+      storeBatch: (epoch, requests) => store(queue, "storeBatch", epoch, requests, false),
       accept: (epoch, messageId) => advance(queue, "accept", epoch, [messageId], Accepted),
       acceptBatch: (epoch, messageIds) => advance(queue, "acceptBatch", epoch, messageIds, Accepted),
       confirmMessage: (epoch, messageId) => advance(queue, "confirmMessage", epoch, [messageId], Confirmed),
-      confirmBatch: (epoch, messageIds) => advance(queue, "confirmBatch", epoch, messageIds, Confirmed)
+      confirmBatch: (epoch, messageIds) => advance(queue, "confirmBatch", epoch, messageIds, Confirmed),
+      storeAccepted: (epoch, requests) => store(queue, "storeAccepted", epoch, requests, true)
     }
   })
 

@@ -31,6 +31,8 @@ export interface StorePlan {
   readonly appended: ReadonlyArray<StoredMessage>
   /** The highest seq once the messages are appended. */
   readonly currentSeq: number
+  /** Messages stored before, not accepted yet, that this plan accepts (`storeAccepted`). */
+  readonly accepts: ReadonlyArray<StoredMessage>
 }
 
 export type Lookup = (messageId: string) => StoredMessage | undefined
@@ -134,7 +136,44 @@ export const planWhole = (
     appended.push(message)
     results.push(newResult(message))
   }
-  return Either.right({ results, appended, currentSeq: seq })
+  return Either.right({ results, appended, currentSeq: seq, accepts: [] })
+}
+
+/**
+ * Plans `storeAccepted`: each request as `store` then `accept`, one after the other. A result is
+ * the store's (so `accepted` says whether the message was accepted before); new messages are
+ * appended accepted, stored but unaccepted ones are accepted, and a chunked batch's id fails the
+ * whole call with `QueueChunkedBatch`.
+ */
+export const planWholeAccepted = (
+  currentSeq: number,
+  lookup: Lookup,
+  requests: ReadonlyArray<StoreRequest>
+): Either.Either<StorePlan, QueueChunkedBatch> => {
+  const seen = new Map<string, StoredMessage>()
+  const results: Array<StoreResult> = []
+  const appended: Array<StoredMessage> = []
+  const accepts: Array<StoredMessage> = []
+  let seq = currentSeq
+  for (const request of requests) {
+    const found = seen.get(request.messageId) ?? lookup(request.messageId)
+    if (found !== undefined) {
+      if (found.chunked) return Either.left(new QueueChunkedBatch({ messageId: request.messageId }))
+      results.push(existingResult(found))
+      if (!found.accepted) {
+        accepts.push(found)
+        seen.set(request.messageId, { ...found, accepted: true })
+      }
+      continue
+    }
+    seq += 1
+    const entries = [makeEntry(seq, request.messageId, request.payload)]
+    results.push(newResult({ messageId: request.messageId, entries, chunked: false, accepted: false }))
+    const message: StoredMessage = { messageId: request.messageId, entries, chunked: false, accepted: true }
+    seen.set(request.messageId, message)
+    appended.push(message)
+  }
+  return Either.right({ results, appended, currentSeq: seq, accepts })
 }
 
 /** Plans one chunked batch (`storeChunked`): an id stored before returns its first write. */
@@ -145,7 +184,7 @@ export const planChunked = (
   chunks: ReadonlyArray<Uint8Array>
 ): StorePlan => {
   const found = lookup(messageId)
-  if (found !== undefined) return { results: [existingResult(found)], appended: [], currentSeq }
+  if (found !== undefined) return { results: [existingResult(found)], appended: [], currentSeq, accepts: [] }
   const count = chunks.length
   const message: StoredMessage = {
     messageId,
@@ -153,7 +192,7 @@ export const planChunked = (
     chunked: true,
     accepted: false
   }
-  return { results: [newResult(message)], appended: [message], currentSeq: currentSeq + count }
+  return { results: [newResult(message)], appended: [message], currentSeq: currentSeq + count, accepts: [] }
 }
 
 /**

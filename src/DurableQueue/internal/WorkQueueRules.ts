@@ -22,6 +22,8 @@ export interface WorkStorePlan {
   /** The jobs to append, in seq order. */
   readonly appended: ReadonlyArray<StoredJob>
   readonly currentSeq: number
+  /** Jobs stored before, not accepted yet, that this plan accepts (`storeAccepted`). */
+  readonly accepts: ReadonlyArray<StoredJob>
 }
 
 export type JobLookup = (messageId: string) => StoredJob | undefined
@@ -60,7 +62,42 @@ export const planStore = (
     appended.push(job)
     results.push(storeResult(job, false))
   }
-  return { results, appended, currentSeq: seq }
+  return { results, appended, currentSeq: seq, accepts: [] }
+}
+
+/**
+ * Plans `storeAccepted`: each request as `store` then `accept`, one after the other. A result is
+ * the store's (so `accepted` says whether the job was accepted before); new jobs are appended
+ * accepted, and stored but unaccepted ones are accepted.
+ */
+export const planStoreAccepted = (
+  currentSeq: number,
+  lookup: JobLookup,
+  requests: ReadonlyArray<StoreRequest>
+): WorkStorePlan => {
+  const seen = new Map<string, StoredJob>()
+  const results: Array<WorkStoreResult> = []
+  const appended: Array<StoredJob> = []
+  const accepts: Array<StoredJob> = []
+  let seq = currentSeq
+  for (const request of requests) {
+    const found = seen.get(request.messageId) ?? lookup(request.messageId)
+    if (found !== undefined) {
+      results.push(storeResult(found, true))
+      if (found.state === "Stored") {
+        accepts.push(found)
+        seen.set(request.messageId, { ...found, state: "Accepted" })
+      }
+      continue
+    }
+    seq += 1
+    const entry = makeEntry(seq, request.messageId, request.payload)
+    results.push(storeResult({ entry, state: "Stored" }, false))
+    const job: StoredJob = { entry, state: "Accepted" }
+    seen.set(request.messageId, job)
+    appended.push(job)
+  }
+  return { results, appended, currentSeq: seq, accepts }
 }
 
 /** Every id must be stored; returns the ids still to accept. */

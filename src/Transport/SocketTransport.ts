@@ -3,15 +3,20 @@
  * `internal/FrameCodec.ts`). A node is named `host:port`; an envelope goes to the node named by
  * `to.node`, or straight to a local inbox when that is this node.
  *
- * Connections carry one direction: a node dials each peer it posts to (one connection per peer,
- * shared by every flow) and only reads from connections it accepts. So no handshake has to tell
- * which accepted socket belongs to which node name, and a dial never races an accept.
+ * Connections carry one direction: a node dials each peer it posts to and only reads from
+ * connections it accepts. So no handshake has to tell which accepted socket belongs to which node
+ * name, and a dial never races an accept. A node keeps one connection per peer shared by every
+ * flow, plus a second one, opened on first use, for senders of large frames
+ * (`internal/BulkSenders.ts`): megabytes of chunks waiting in the kernel's socket buffers would
+ * otherwise delay every small frame of every other flow behind them.
  *
- * Posting never blocks: frames are encoded in the caller and queued per peer up to
- * `outgoingBufferBytes`; one writer fiber per peer drains everything queued since its last write
- * in one socket write and waits for that write to reach the kernel before the next, so a peer
- * that stops reading costs at most the cap. Overflow, an unreachable peer and oversized frames
- * drop and count; the protocol resends.
+ * Posting never blocks: frames are encoded in the caller and queued per connection up to
+ * `outgoingBufferBytes`; one writer fiber per connection drains what is queued in one socket
+ * write (up to a batch size) and waits for that write to reach the kernel before the next, so a
+ * peer that stops reading costs at most the cap. A connection's queue has one lane per sending
+ * controller, taken round-robin (`internal/FairQueue.ts`): a flow with a window of frames queued
+ * delays another flow's next frame by one of its frames, not by its whole window. Overflow, an
+ * unreachable peer and oversized frames drop and count; the protocol resends.
  */
 import * as NodeSocket from "@effect/platform-node/NodeSocket"
 import * as NodeSocketServer from "@effect/platform-node/NodeSocketServer"
@@ -34,6 +39,8 @@ import {
   writeFramesInto
 } from "./internal/FrameCodec.js"
 import type { EncodedFrame } from "./internal/FrameCodec.js"
+import { BulkSenders } from "./internal/BulkSenders.js"
+import { FairQueue } from "./internal/FairQueue.js"
 import { InboxCapacity } from "./MemoryTransport.js"
 import { Transport } from "./Transport.js"
 import type { TransportService, TransportStats } from "./Transport.js"
@@ -50,7 +57,10 @@ export const MinFrameSize = 1024
  */
 export const DefaultOutgoingBufferBytes = 32 * 1024 * 1024
 
-/** One socket write gathers queued frames up to this many bytes (or a single larger frame). */
+/**
+ * One socket write gathers queued frames up to this many bytes (or a single larger frame). It
+ * also bounds how long a frame can wait behind a write already handed to the socket.
+ */
 const BatchBytes = 512 * 1024
 
 /** Reconnect delays: exponential from 50ms, jittered, never more than 2s apart. */
@@ -70,7 +80,10 @@ export interface SocketTransportOptions {
   readonly advertisedHost?: string
   /** Largest frame body sent or accepted; default and maximum 16 MiB. Both ends should agree. */
   readonly maxFrameSize?: number
-  /** Per-peer cap on buffered outgoing bytes; at least `maxFrameSize + 4`. */
+  /**
+   * Cap on buffered outgoing bytes per connection (a peer has one for ordinary senders and, once
+   * used, one for senders of large frames); at least `maxFrameSize + 4`.
+   */
   readonly outgoingBufferBytes?: number
   /** Pauses between connection attempts to a peer; when it ends, queued envelopes are dropped. */
   readonly reconnect?: Schedule.Schedule<unknown>
@@ -89,7 +102,7 @@ export interface SocketTransportStats extends TransportStats {
   readonly droppedOverflow: number
   /** Envelopes dropped because their peer stayed unreachable until `reconnect` gave up. */
   readonly droppedUnreachable: number
-  /** Outgoing bytes queued or in flight, over all peers, and the highest any one peer reached. */
+  /** Outgoing bytes queued or in flight, over all connections, and the highest any one connection reached. */
   readonly bufferedBytes: number
   readonly peakPeerBufferedBytes: number
   /** Outgoing connections up right now. */
@@ -187,12 +200,16 @@ export const parseNode = (node: string): { readonly host: string; readonly port:
   return port >= 1 && port <= 65535 && host.length > 0 ? { host, port } : undefined
 }
 
-/** Outgoing state for one peer node; only the peer's writer fiber takes from `frames`. */
+/**
+ * Outgoing state of one connection to a peer node (its ordinary or its bulk connection); only
+ * the connection's writer fiber takes from `frames`.
+ */
 interface Peer {
   readonly node: string
   readonly host: string
   readonly port: number
-  readonly frames: Array<EncodedFrame>
+  /** Queued frames, one lane per sending controller (keyed by its inbox key). */
+  readonly frames: FairQueue<EncodedFrame>
   pendingBytes: number
   inFlightBytes: number
   /**
@@ -206,7 +223,7 @@ interface Peer {
 
 const waitForFrames = (peer: Peer): Effect.Effect<void> =>
   Effect.async<void>((resume) => {
-    if (peer.frames.length > 0) return resume(Effect.void)
+    if (!peer.frames.isEmpty) return resume(Effect.void)
     peer.wake = () => {
       peer.wake = undefined
       resume(Effect.void)
@@ -288,16 +305,19 @@ const serveConnection = (maxFrameSize: number, counters: Counters, deliver: (env
 
 // ---- outgoing ----
 
-/** Everything queued since the last write, up to BatchBytes (at least one frame), as one buffer. */
+/** Queued frames in turn, up to BatchBytes (at least one frame), as one buffer. */
 const takeBatch = (peer: Peer, counters: Counters): Buffer => {
-  const frames = peer.frames
+  const queue = peer.frames
+  const frames = [queue.take()!]
   let size = frames[0].size
-  let count = 1
-  while (count < frames.length && size + frames[count].size <= BatchBytes) size += frames[count++].size
+  for (let next = queue.peek(); next !== undefined && size + next.size <= BatchBytes; next = queue.peek()) {
+    frames.push(queue.take()!)
+    size += next.size
+  }
+  const count = frames.length
   const bytes = size <= BatchBytes
     ? writeFramesInto((peer.batch ??= Buffer.allocUnsafeSlow(BatchBytes)).subarray(0, size), frames, 0, count)
     : writeFrames(frames, 0, count, size)
-  frames.splice(0, count)
   peer.pendingBytes -= size
   peer.inFlightBytes = size
   counters.framesSent += count
@@ -356,26 +376,20 @@ const peerLoop = (peer: Peer, config: Config, counters: Counters, peers: Map<str
       const next = yield* Effect.either(driver.next(undefined))
       if (Either.isLeft(next)) break
     }
-    counters.droppedUnreachable += peer.frames.length
+    counters.droppedUnreachable += peer.frames.clear()
     counters.bufferedBytes -= peer.pendingBytes
-    peer.frames.length = 0
     peer.pendingBytes = 0
     peers.delete(peer.node)
   })
 
-/** Queues one envelope for a peer, or refuses (too large) or drops (buffer full) and counts it. */
-const enqueue = (peer: Peer, envelope: Envelope, config: Config, counters: Counters): void => {
-  const frame = encodeFrame(envelope)
-  if (bodyLength(frame) > config.maxFrameSize) {
-    counters.refusedOversize++
-    return
-  }
+/** Queues one frame for a peer connection, or drops it (buffer full) and counts it. */
+const enqueue = (peer: Peer, sender: string, frame: EncodedFrame, config: Config, counters: Counters): void => {
   const buffered = peer.pendingBytes + peer.inFlightBytes + frame.size
   if (buffered > config.outgoingBufferBytes) {
     counters.droppedOverflow++
     return
   }
-  peer.frames.push(frame)
+  peer.frames.push(sender, frame)
   peer.pendingBytes += frame.size
   counters.bufferedBytes += frame.size
   if (buffered > counters.peakPeerBufferedBytes) counters.peakPeerBufferedBytes = buffered
@@ -401,7 +415,10 @@ export const make = (
     const node = `${options.advertisedHost ?? options.host}:${port}`
     const counters = makeCounters()
     const inboxes = new Map<string, Queue.Queue<Envelope>>()
+    // Outgoing connections by peer node: for ordinary senders, and for senders of large frames.
     const peers = new Map<string, Peer>()
+    const bulkPeers = new Map<string, Peer>()
+    const bulkSenders = new BulkSenders()
 
     // Whatever arrives at this node's port is for this node: routing is by inbox key alone, so an
     // alias of this node's name (advertised vs bound host) still reaches the controller.
@@ -422,15 +439,24 @@ export const make = (
     yield* Effect.addFinalizer(() => Effect.sync(() => void (closed = true)))
 
     // After the scope closes no writer runs, so nothing may be queued (it would never drain).
-    const peerOf = (target: string): Peer | undefined => {
+    const peerOf = (target: string, bulk: boolean): Peer | undefined => {
       if (closed) return undefined
-      const existing = peers.get(target)
+      const connections = bulk ? bulkPeers : peers
+      const existing = connections.get(target)
       if (existing !== undefined) return existing
       const address = parseNode(target)
       if (address === undefined) return undefined
-      const peer: Peer = { node: target, ...address, frames: [], pendingBytes: 0, inFlightBytes: 0, wake: undefined, batch: undefined }
-      peers.set(target, peer)
-      runPeer(peerLoop(peer, config, counters, peers))
+      const peer: Peer = {
+        node: target,
+        ...address,
+        frames: new FairQueue(),
+        pendingBytes: 0,
+        inFlightBytes: 0,
+        wake: undefined,
+        batch: undefined
+      }
+      connections.set(target, peer)
+      runPeer(peerLoop(peer, config, counters, connections))
       return peer
     }
 
@@ -445,9 +471,15 @@ export const make = (
             deliverLocal(envelope)
             continue
           }
-          const peer = peerOf(envelope.to.node)
+          const frame = encodeFrame(envelope)
+          if (bodyLength(frame) > config.maxFrameSize) {
+            counters.refusedOversize++
+            continue
+          }
+          const sender = inboxKey(envelope.from)
+          const peer = peerOf(envelope.to.node, bulkSenders.classify(sender, bodyLength(frame)))
           if (peer === undefined) counters.undeliverable++
-          else enqueue(peer, envelope, config, counters)
+          else enqueue(peer, sender, frame, config, counters)
         }
       },
       open: (address) => {

@@ -163,6 +163,33 @@ describe("SocketTransport", () => {
       expect(seqOf(got[1])).toBe(2)
     }))
 
+  it.scopedLive("a sender of large frames gets a connection of its own: others' small frames do not wait behind its bytes", () =>
+    Effect.gen(function*() {
+      const a = yield* make()
+      const b = yield* make()
+      const to = address(b.node, "consumer")
+      const inbox = yield* b.open(to)
+      const bulk = address(a.node, "big-producer")
+      const small = address(a.node, "small-producer")
+      const chunk = new Uint8Array(256 * 1024).fill(7)
+      // Both connections up first (the bulk one opens with the first large frame).
+      a.post([sequenced(small, to, 1), sequenced(bulk, to, 1, chunk)])
+      yield* takeN(inbox, 2)
+      expect(a.stats().connectionsOpened).toBe(2)
+      // 10 MiB of one sender's chunks, its own small frame after them, then another sender's small frame.
+      a.post(Array.from({ length: 40 }, (_, index) => sequenced(bulk, to, 2 + index, chunk)))
+      a.post([sequenced(bulk, to, 42)])
+      a.post([sequenced(small, to, 2)])
+      const got = yield* takeN(inbox, 42)
+      const from = (who: ControllerAddress) => got.flatMap((envelope, position) => envelope.from.endpoint === who.endpoint ? [[position, seqOf(envelope)]] : [])
+      // The bulk sender's frames keep their order, its trailing small frame included.
+      expect(from(bulk).map(([, seq]) => seq)).toEqual(Array.from({ length: 41 }, (_, index) => 2 + index))
+      // The other sender's frame overtook most of the 10 MiB.
+      const [[position]] = from(small)
+      expect(position).toBeLessThan(20)
+      expect(a.stats().connectionsOpened).toBe(2)
+    }))
+
   it.scopedLive("buffers while the peer is down and reconnects when it comes back on the same port", () =>
     Effect.gen(function*() {
       const a = yield* make()

@@ -18,7 +18,7 @@ import * as MemoryProducerQueue from "../src/DurableQueue/MemoryProducerQueue.js
 import * as SqlProducerQueue from "../src/DurableQueue/SqlProducerQueue.js"
 import { chunkMessageId } from "../src/Protocol/ChunkId.js"
 import { Produced, StoredAck } from "../src/Protocol/Contract.js"
-import type { RequestNext } from "../src/Protocol/Contract.js"
+import type { RequestNext, Stored } from "../src/Protocol/Contract.js"
 import * as Producer from "../src/Producer.js"
 import * as ReliableSystem from "../src/ReliableSystem.js"
 import { uniqueSuffix } from "./DurableQueue/SqlTestSupport.js"
@@ -73,6 +73,19 @@ const nextGrant = (producer: Producer.Producer<Uint8Array>) =>
       return grant !== undefined
     }, 50, 10_000)
     return grant!
+  })
+
+/** `send` while the clock moves (a new controller offers its first grant after the consumer's tick). */
+const sendTicking = (producer: Producer.Producer<Uint8Array>, payload: Uint8Array, messageId: string) =>
+  Effect.gen(function*() {
+    const fiber = yield* Effect.fork(producer.send(payload, { messageId }))
+    let stored: Stored | undefined
+    yield* advanceUntil(() => {
+      const polled = fiber.unsafePoll()
+      if (polled !== null && polled._tag === "Success") stored = polled.value
+      return polled !== null
+    }, 50, 10_000)
+    return stored!
   })
 
 const idle = (millis: number) => advanceUntil(() => false, 50, millis).pipe(Effect.ignore)
@@ -196,6 +209,34 @@ const confirmedButRetained: Scenario = (queue) =>
     expect(seen.map((entry) => entry.messageId)).toEqual(["big", "small", "after"])
   })
 
+/**
+ * The everyday path after a crash: `send` of an id whose first write is a chunked batch (never
+ * accepted) recovers the batch; `send` of a confirmed chunked id answers alreadyStored.
+ */
+const everydayResend: Scenario = (inner) =>
+  Effect.gen(function*() {
+    const watched = spy(inner)
+    const producer = yield* durableProducer(watched.queue)
+    const seen: Array<Seen> = []
+    yield* startConsumer(seen)
+    const done = yield* producer.send(blob(3000, 1), { messageId: "done" })
+    yield* advanceUntil(() => seen.length === 1, 50, 5_000)
+    yield* idle(1_000)
+    // Stored chunked under a grant, then the producer crashes before acknowledging it.
+    const grant = yield* producer.requestNext
+    const pending = yield* producer.produce(Produced.make(grant, "pending", blob(2500, 2)))
+    yield* ReliableSystem.respawn("p")
+    const again = yield* sendTicking(producer, blob(10, 9), "pending")
+    expect(again).toMatchObject({ messageId: "pending", seq: pending.seq, alreadyStored: true })
+    const doneAgain = yield* sendTicking(producer, blob(10, 9), "done")
+    expect(doneAgain).toMatchObject({ messageId: "done", seq: done.seq, alreadyStored: true })
+    yield* sendTicking(producer, blob(10, 3), "after")
+    yield* advanceUntil(() => seen.length === 3, 50, 5_000)
+    yield* idle(500)
+    expect(seen.map((entry) => entry.messageId)).toEqual(["done", "pending", "after"])
+    expect(sameBytes(seen[1].payload, blob(2500, 2))).toBe(true)
+  })
+
 /** The chunk entries a reload sees carry the derived ids and their marks. */
 const reloadSeesChunks: Scenario = (queue) =>
   Effect.gen(function*() {
@@ -218,7 +259,8 @@ const scenarios: ReadonlyArray<readonly [string, Scenario]> = [
   ["a reload sees the chunk entries with derived ids and marks", reloadSeesChunks],
   ["a resubmission after a crash follows the stored shape across the threshold, both ways", resubmissionAcrossThreshold],
   ["a producer crash mid-message: the reload redelivers the whole message", reloadMidMessage],
-  ["confirmed-but-retained ids answer alreadyStored and are not delivered again", confirmedButRetained]
+  ["confirmed-but-retained ids answer alreadyStored and are not delivered again", confirmedButRetained],
+  ["the everyday send after a crash recovers a chunked first write, and answers a confirmed one alreadyStored", everydayResend]
 ]
 
 const onSqlite = (scenario: Scenario) => {

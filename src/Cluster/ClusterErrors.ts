@@ -25,8 +25,10 @@ export type PlacementRefusal =
   | "NameTaken"
   /** The target node did not start the endpoint in time. */
   | "Timeout"
+  /** `Cluster.stop` named an endpoint pinned to its node (not made by a relocatable factory). */
+  | "NotRelocatable"
 
-/** A placement the cluster refused; nothing was started. */
+/** A placement (or `Cluster.stop`) the cluster refused; nothing was started or stopped. */
 export class ClusterPlacementError extends Data.TaggedError("ClusterPlacementError")<{
   readonly reason: PlacementRefusal
   readonly name: string

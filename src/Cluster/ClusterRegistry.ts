@@ -125,8 +125,8 @@ export interface ClusterRegistryService {
   ) => Effect.Effect<Option.Option<number>, ClusterRegistryError>
   /** Places a relocatable endpoint, unstarted, on a live node that has the factory. */
   readonly place: (name: string, factory: string, node: string) => Effect.Effect<PlaceResult, ClusterRegistryError>
-  /** Unstarted records placed on this node incarnation. */
-  readonly placed: (node: string, incarnation: string) => Effect.Effect<ReadonlyArray<ClusterRecord>, ClusterRegistryError>
+  /** Every record naming this node incarnation, started or not. */
+  readonly owned: (node: string, incarnation: string) => Effect.Effect<ReadonlyArray<ClusterRecord>, ClusterRegistryError>
   /** Every record, live or not. */
   readonly endpoints: Effect.Effect<ReadonlyArray<ClusterRecordStatus>, ClusterRegistryError>
 }

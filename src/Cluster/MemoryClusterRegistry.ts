@@ -126,12 +126,8 @@ export const makeWith = (clock: Clock.Clock): ClusterRegistryService => {
         })
       ),
     place: (name, factory, node) => Effect.sync(() => placeIn(state, now(), name, factory, node)),
-    placed: (node, incarnation) =>
-      Effect.sync(() =>
-        [...state.records.values()].filter((record) =>
-          record.node === node && record.nodeIncarnation === incarnation && record.kind === undefined
-        )
-      ),
+    owned: (node, incarnation) =>
+      Effect.sync(() => [...state.records.values()].filter((record) => record.node === node && record.nodeIncarnation === incarnation)),
     endpoints: Effect.sync(() => [...state.records.values()].map(status))
   }
 }

@@ -194,9 +194,9 @@ const records = (t: Tables) => ({
         generation = e.generation + 1, updated_at = now()
       WHERE e.name = ${name} AND e.generation = ${generation} AND e.factory IS NOT NULL AND NOT ${ownerLive(t)}
       RETURNING e.generation`.pipe(Effect.map(firstGeneration)),
-  placed: (node: string, incarnation: string) =>
+  owned: (node: string, incarnation: string) =>
     t.sql<RecordRow>`SELECT ${t.sql.literal(columns)} FROM ${t.endpoints} e
-      WHERE e.node = ${node} AND e.node_incarnation = ${incarnation} AND e.kind IS NULL
+      WHERE e.node = ${node} AND e.node_incarnation = ${incarnation}
       ORDER BY e.name`.pipe(Effect.map((rows) => rows.map(decodeRecord))),
   endpoints: t.sql<RecordRow>`SELECT ${t.sql.literal(columns)}, ${ownerLive(t)} AS live FROM ${t.endpoints} e
     ORDER BY e.name`.pipe(Effect.map((rows) => rows.map(decodeStatus)))
@@ -236,7 +236,7 @@ export const make = (
       orphans: (factories) => wrap("orphans")(r.orphans(factories)),
       takeOver: (name, generation, node, incarnation) => wrap("takeOver")(r.takeOver(name, generation, node, incarnation)),
       place: (name, factory, node) => wrap("place")(place(t, name, factory, node)),
-      placed: (node, incarnation) => wrap("placed")(r.placed(node, incarnation)),
+      owned: (node, incarnation) => wrap("owned")(r.owned(node, incarnation)),
       endpoints: wrap("endpoints")(r.endpoints)
     }
   })

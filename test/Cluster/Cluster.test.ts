@@ -159,7 +159,7 @@ describe("cluster mode (in process)", () => {
       expect(yield* Queue.size(failures)).toBe(0)
     }).pipe(Effect.scoped))
 
-  it.live("remote placement: on a named member; refusals are typed; a system that is not clustered cannot place", () =>
+  it.live("remote placement: on a named member, idempotent; refusals are typed; stop retires; a system that is not clustered cannot place", () =>
     Effect.gen(function*() {
       const w: World = yield* world
       const queue = yield* MemoryWorkQueue.make
@@ -172,12 +172,22 @@ describe("cluster mode (in process)", () => {
         a.run(Effect.flip(effect)).pipe(Effect.map((error) => (error as { reason?: string; _tag: string }).reason ?? (error as { _tag: string })._tag))
       expect(yield* refusal(Cluster.spawn("dispatcher", "other", { node: "z" }))).toBe("NodeUnavailable")
       expect(yield* refusal(Cluster.spawn("dispatcher", "other", { node: "a" }))).toBe("UnknownFactory")
-      expect(yield* refusal(Cluster.spawn("dispatcher", "dispatcher", { node: "b" }))).toBe("NameTaken")
+      yield* a.run(Consumer.make({ name: "pinned-in", producer: "nobody", payload: Job }))
+      expect(yield* refusal(Cluster.spawn("dispatcher", "pinned-in", { node: "b" }))).toBe("NameTaken")
+      // the same endpoint again: it already runs, nothing new is created
+      yield* a.run(Cluster.spawn("dispatcher", "dispatcher", { node: "b" }))
+      yield* a.run(Cluster.spawn("dispatcher", "dispatcher"))
+      expect(started).toEqual(["b"])
+      // stopping: pinned endpoints refuse, relocatable ones are closed on their node for good
+      expect(yield* refusal(Cluster.stop("pinned-in"))).toBe("NotRelocatable")
+      yield* a.run(Cluster.stop("dispatcher"))
+      yield* eventually("b to close the dispatcher", Effect.sync(() => b.system.internal.registry.get("dispatcher") === undefined))
+      expect(yield* w.registry.get("dispatcher")).toEqual(Option.none())
+      yield* a.run(Cluster.stop("dispatcher"))
       const plain = yield* Effect.flip(Cluster.spawn("dispatcher", "x").pipe(
         Effect.provide(ReliableSystem.layer().pipe(Layer.provide(MemoryTransport.layerMemory)))
       ))
       expect(plain._tag).toBe("ReliableClusterRequired")
-      void b
     }).pipe(Effect.scoped))
 
   it.live("worker registrations are fenced through the registry: spoofed node, stale incarnation, a worker naming another producer", () =>

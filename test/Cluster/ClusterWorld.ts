@@ -57,7 +57,7 @@ const registryFor = (world: World, node: string): ClusterRegistryService => {
     orphans: (factories) => guard("orphans", r.orphans(factories)),
     takeOver: (name, generation, n, incarnation) => guard("takeOver", r.takeOver(name, generation, n, incarnation)),
     place: (name, factory, n) => guard("place", r.place(name, factory, n)),
-    placed: (n, incarnation) => guard("placed", r.placed(n, incarnation)),
+    owned: (n, incarnation) => guard("owned", r.owned(n, incarnation)),
     endpoints: guard("endpoints", r.endpoints)
   }
 }

@@ -26,7 +26,8 @@ describe("PgClusterRegistry", () => {
     registrySuite((name, body) => it.live(name, () => Effect.scoped(body())), {
       registry: freshRegistry,
       elapse: (ms) => Effect.sleep(Duration.millis(ms)),
-      leaseMs: 300
+      // long enough that a loaded machine does not let a lease lapse between two statements
+      leaseMs: 500
     })
 
     it.live("two clients racing to relocate the same endpoints: exactly one wins each", () =>

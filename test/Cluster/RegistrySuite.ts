@@ -74,6 +74,7 @@ export const registrySuite = (test: Test, options: SuiteOptions): void => {
       yield* registry.renew("b:1", "b1", leaseMs)
       yield* elapse(past - leaseMs / 2)
       expect(yield* registry.resolve("orders")).toEqual(Option.none())
+      expect(yield* registry.renew("b:1", "b1", leaseMs)).toBe(true)
       const second = yield* generationOf(registry.claim(request("orders", "b:1", "b1")))
       expect(second).toBeGreaterThan(first)
       expect(Option.map(yield* registry.resolve("orders"), (r) => [r.node, r.generation])).toEqual(Option.some(["b:1", second]))
@@ -125,12 +126,13 @@ export const registrySuite = (test: Test, options: SuiteOptions): void => {
       expect(yield* registry.orphans(["f"])).toEqual([])
       // placed on b, not started: not resolvable yet
       expect(yield* registry.resolve("orders")).toEqual(Option.none())
-      expect((yield* registry.placed("b:1", "b1")).map((r) => [r.name, r.kind])).toEqual([["orders", undefined]])
+      expect((yield* registry.owned("b:1", "b1")).map((r) => [r.name, r.kind])).toEqual([["orders", undefined]])
       expect(yield* registry.adopt({ ...request("orders", "b:1", "b1", "f"), generation: relocatable })).toBe(false)
       expect(yield* registry.adopt({ ...request("orders", "b:1", "b1", "f"), generation: relocatable + 1 })).toBe(true)
       const resolved = yield* registry.resolve("orders")
       expect(Option.map(resolved, (r) => [r.node, r.kind, r.peer, r.factory])).toEqual(Option.some(["b:1", "Producer", "peer", "f"]))
-      expect(yield* registry.placed("b:1", "b1")).toEqual([])
+      expect((yield* registry.owned("b:1", "b1")).map((r) => [r.name, r.kind])).toEqual([["orders", "Producer"]])
+      expect((yield* registry.owned("a:1", "a1")).map((r) => r.name).sort()).toEqual(["other", "pinned"])
     }))
 
   test("concurrent takeovers of one orphan: exactly one wins", () =>
@@ -164,7 +166,7 @@ export const registrySuite = (test: Test, options: SuiteOptions): void => {
       expect(yield* registry.place("orders", "f", "b:1")).toEqual({ _tag: "UnknownFactory" })
       const placed = yield* registry.place("orders", "f", "a:1")
       expect(placed._tag).toBe("Placed")
-      expect((yield* registry.placed("a:1", "a1")).map((r) => r.name)).toEqual(["orders"])
+      expect((yield* registry.owned("a:1", "a1")).map((r) => r.name)).toEqual(["orders"])
       expect(yield* registry.place("orders", "f", "a:1")).toEqual({ _tag: "Taken", owner: "a:1" })
       expect(yield* registry.claim(request("orders", "b:1", "b1"))).toEqual({ _tag: "Taken", owner: "a:1" })
     }))

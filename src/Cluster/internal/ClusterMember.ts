@@ -15,7 +15,7 @@
  * lookup every system serves), so a controller restart costs no registry write and a record of a
  * dead node or a stale incarnation is never used.
  */
-import { Duration, Effect, ExecutionStrategy, Exit, FiberSet, Option, Schedule, Scope } from "effect"
+import { Cause, Duration, Effect, ExecutionStrategy, Exit, FiberSet, Option, Schedule, Scope } from "effect"
 import type { EndpointRecord, EndpointRegistry } from "../../internal/EndpointRegistry.js"
 import type { NodeLookup } from "../../internal/NodeLookup.js"
 import { ReliableConfigError } from "../../Protocol/Errors.js"
@@ -59,6 +59,7 @@ export interface ClusterMember {
     node: string,
     timeout: Duration.Duration
   ) => Effect.Effect<void, ClusterPlacementError | ClusterRegistryError>
+  readonly stop: (name: string) => Effect.Effect<void, ClusterPlacementError | ClusterRegistryError>
   /** Starts the lease ticks; factories run through `provide` (the system and the user's services). */
   readonly start: (
     provide: (effect: Effect.Effect<unknown, unknown, any>) => Effect.Effect<unknown, unknown, Scope.Scope>
@@ -139,13 +140,22 @@ export const make = <R>(options: ClusterOptions<R>, parts: MemberParts): Effect.
       }
     }
 
+    // The lease loop must outlive any one tick: a tick that fails, dies or hangs past a lease is
+    // logged and the next one runs on schedule.
     const tick = Effect.gen(function*() {
       if (!(yield* registry.renew(state.node, state.incarnation, leaseMs))) yield* HeldNames.rejoin(names)
       yield* HeldNames.reconcile(names)
       if (runtime === undefined) return
       yield* Hosting.relocateOrphans(runtime)
-      yield* Hosting.startPlaced(runtime)
-    }).pipe(Effect.catchAll((error) => Effect.logWarning(`cluster: lease tick on ${state.node} failed: ${error.message}`)))
+      yield* Hosting.syncHosted(runtime)
+    }).pipe(
+      Effect.timeoutFail({ duration: Duration.millis(leaseMs), onTimeout: () => new Error(`took longer than the lease (${leaseMs}ms)`) }),
+      Effect.catchAllCause((cause) =>
+        Cause.isInterruptedOnly(cause)
+          ? Effect.failCause(cause)
+          : Effect.logWarning(`cluster: lease tick on ${state.node} failed`, cause)
+      )
+    )
 
     const start = (provide: Hosting.HostingRuntime["provide"]) =>
       Effect.gen(function*() {
@@ -176,6 +186,7 @@ export const make = <R>(options: ClusterOptions<R>, parts: MemberParts): Effect.
       lookup: lookupWith(state, parts),
       spawn: (key, name, node, timeout) =>
         runtime === undefined ? Effect.dieMessage("cluster member not started") : Hosting.spawn(runtime, key, name, node, timeout),
+      stop: (name) => runtime === undefined ? Effect.dieMessage("cluster member not started") : Hosting.stop(runtime, name),
       start
     }
   })

@@ -87,21 +87,44 @@ export const relocateOrphans = (runtime: HostingRuntime): Effect.Effect<number, 
     return taken
   })
 
-/** Starts the records placed on this node (remote placements, takeovers not started yet). */
-export const startPlaced = (runtime: HostingRuntime): Effect.Effect<void, ClusterRegistryError> =>
+/**
+ * Brings the hosted endpoints in line with the records naming this node incarnation: starts the
+ * unstarted ones (placements, takeovers) and quietly closes a hosted endpoint whose record is gone
+ * (`Cluster.stop`).
+ */
+export const syncHosted = (runtime: HostingRuntime): Effect.Effect<void, ClusterRegistryError> =>
   Effect.gen(function*() {
     const { state } = runtime
-    const placed = yield* state.registry.placed(state.node, state.incarnation)
-    for (const record of placed) {
-      if (record.factory !== undefined && !state.hosted.has(record.name)) {
+    // Only endpoints hosted before the read are judged by it (a placement may start meanwhile).
+    const before = new Map(state.hosted)
+    const incarnation = state.incarnation
+    const owned = yield* state.registry.owned(state.node, incarnation)
+    for (const record of owned) {
+      if (record.kind === undefined && record.factory !== undefined && !state.hosted.has(record.name)) {
         yield* startHosted(runtime, record.name, record.factory, record.generation)
       }
     }
+    const names = new Set(owned.map((record) => record.name))
+    for (const [name, scope] of before) {
+      const held = state.held.get(name)
+      if (names.has(name) || state.hosted.get(name) !== scope || held?.incarnation !== incarnation) continue
+      yield* retire(runtime, name)
+    }
+  })
+
+/** Closes a hosted endpoint whose record was deleted on purpose: no failure event, no release. */
+export const retire = (runtime: HostingRuntime, name: string): Effect.Effect<void> =>
+  Effect.suspend(() => {
+    const held = runtime.state.held.get(name)
+    if (held !== undefined) held.lost = true
+    stopHosted(runtime, name)
+    return Effect.logInfo(`cluster: "${name}" was stopped; ${runtime.state.node} closed it`)
   })
 
 /**
  * Places the endpoint `name` on `node` through its factory `key` and waits until that node has
- * started it (its record names a kind at the placed generation).
+ * started it (its record names a kind at the placed generation). Idempotent: when the endpoint
+ * already lives somewhere (same name, same factory), it only waits for it to be started.
  */
 export const spawn = (
   runtime: HostingRuntime,
@@ -112,23 +135,9 @@ export const spawn = (
 ): Effect.Effect<void, ClusterPlacementError | ClusterRegistryError> =>
   Effect.gen(function*() {
     const { state } = runtime
-    const refuse = (reason: ClusterPlacementError["reason"], message: string) =>
-      Effect.fail(new ClusterPlacementError({ reason, name, message }))
-    if (node === state.node && !state.factories.has(key)) {
-      return yield* refuse("UnknownFactory", `this node has no relocatable factory "${key}"`)
-    }
-    const placed = yield* state.registry.place(name, key, node)
-    switch (placed._tag) {
-      case "NodeUnavailable":
-        return yield* refuse("NodeUnavailable", `node ${node} is not a live member of the cluster`)
-      case "UnknownFactory":
-        return yield* refuse("UnknownFactory", `node ${node} has no relocatable factory "${key}"`)
-      case "Taken":
-        return yield* refuse("NameTaken", `a reliable endpoint named "${name}" already runs on node ${placed.owner}`)
-    }
-    if (node === state.node) yield* startHosted(runtime, name, key, placed.generation)
+    const generation = yield* placeOrFind(runtime, key, name, node)
     const started = state.registry.get(name).pipe(
-      Effect.map(Option.exists((record) => record.generation !== placed.generation || record.kind !== undefined))
+      Effect.map(Option.exists((record) => record.generation !== generation || record.kind !== undefined))
     )
     const poll = Duration.millis(Math.max(5, Math.min(50, state.renewMs / 4)))
     yield* started.pipe(
@@ -139,4 +148,57 @@ export const spawn = (
           new ClusterPlacementError({ reason: "Timeout", name, message: `node ${node} did not start "${name}" within ${Duration.format(timeout)}` })
       })
     )
+  })
+
+/** The generation of the endpoint's record: placed now, or the live one of the same endpoint. */
+const placeOrFind = (
+  runtime: HostingRuntime,
+  key: string,
+  name: string,
+  node: string
+): Effect.Effect<number, ClusterPlacementError | ClusterRegistryError> =>
+  Effect.gen(function*() {
+    const { state } = runtime
+    const refuse = (reason: ClusterPlacementError["reason"], message: string) =>
+      Effect.fail(new ClusterPlacementError({ reason, name, message }))
+    const existing = Option.getOrUndefined(yield* state.registry.get(name))
+    // The same endpoint (same name, same factory) already lives somewhere: nothing to create.
+    if (existing !== undefined && existing.live && existing.factory === key) return existing.generation
+    const placed = yield* state.registry.place(name, key, node)
+    switch (placed._tag) {
+      case "NodeUnavailable":
+        return yield* refuse("NodeUnavailable", `node ${node} is not a live member of the cluster`)
+      case "UnknownFactory":
+        return yield* refuse("UnknownFactory", `node ${node} has no relocatable factory "${key}"`)
+      case "Taken": {
+        const again = Option.getOrUndefined(yield* state.registry.get(name))
+        if (again === undefined || again.factory !== key) {
+          return yield* refuse("NameTaken", `a reliable endpoint named "${name}" already runs on node ${placed.owner}`)
+        }
+        return again.generation
+      }
+      case "Placed":
+        if (node === state.node) yield* startHosted(runtime, name, key, placed.generation)
+        return placed.generation
+    }
+  })
+
+/**
+ * Retires the relocatable endpoint `name` for good: its record is deleted, so no node re-creates
+ * it; the node running it closes it (at once when it is this node, else on its next lease tick).
+ */
+export const stop = (runtime: HostingRuntime, name: string): Effect.Effect<void, ClusterPlacementError | ClusterRegistryError> =>
+  Effect.gen(function*() {
+    const { state } = runtime
+    const record = Option.getOrUndefined(yield* state.registry.get(name))
+    if (record === undefined) return
+    if (record.factory === undefined) {
+      return yield* new ClusterPlacementError({
+        reason: "NotRelocatable",
+        name,
+        message: `"${name}" was not created by a relocatable factory; close the scope that made it instead`
+      })
+    }
+    yield* state.registry.release(name, record.generation)
+    if (record.node === state.node && state.hosted.has(name)) yield* retire(runtime, name)
   })

@@ -4,6 +4,10 @@
  * coalesce to the highest watermark. Backend errors are retried under the queue retry policy;
  * `QueueFenced` and `QueueConflict` are terminal; an exhausted retry asks the controller to
  * restart and reload (see `internal/LaneRunner`).
+ *
+ * A store the producer acknowledged with its produce (`accept`) runs as the queue's
+ * `storeAccepted`, one transaction, when the queue has it and no message is chunked; otherwise
+ * as a store and then an accept, each retried on its own.
  */
 import { Effect } from "effect"
 import type { Fiber } from "effect"
@@ -41,7 +45,8 @@ export interface DurableLane {
   readonly submit: (action: LaneAction) => void
 }
 
-type StoreItem = Extract<ProducerAction, { readonly _tag: "Store" }>["items"][number]
+type StoreAction = Extract<ProducerAction, { readonly _tag: "Store" }>
+type StoreItem = StoreAction["items"][number]
 
 export const make = (options: DurableLaneOptions): DurableLane => {
   const { queue } = options
@@ -69,6 +74,54 @@ export const make = (options: DurableLaneOptions): DurableLane => {
     )
   }
 
+  const acceptAll = (messageIds: ReadonlyArray<string>) =>
+    messageIds.length === 1 ? queue.accept(epoch, messageIds[0]) : queue.acceptBatch(epoch, messageIds)
+
+  const storeCompleted = (action: StoreAction, results: ReadonlyArray<StoreResult>, retried: boolean) =>
+    options.completed((now) => ({ _tag: "StoreCompleted", token: action.token, results, retried, now }))
+
+  /** Without `storeAccepted`: the store, then the accept, each under its own retries. */
+  const storeThenAccept = (action: StoreAction, guard: LaneRunner.Guard): Effect.Effect<void> => {
+    let stored: ReadonlyArray<StoreResult> | undefined
+    return Effect.zipRight(
+      guard("Store", storeAll(action.items), (results) => {
+        stored = results
+      }),
+      Effect.suspend(() => {
+        const results = stored
+        if (results === undefined) return Effect.void // failed: the lane has reported it
+        return guard("Accept", acceptAll(action.items.map((item) => item.messageId)), () => storeCompleted(action, results, false))
+      })
+    )
+  }
+
+  /**
+   * One transaction. A retry after a failure may find the first attempt committed (its answer
+   * lost): `retried` tells the machine that `accepted` may then be this store's own doing.
+   */
+  const storeAccepted = (action: StoreAction, guard: LaneRunner.Guard): Effect.Effect<void> => {
+    const fused = queue.storeAccepted
+    if (fused === undefined || action.items.some((item) => item.chunks.length > 1)) return storeThenAccept(action, guard)
+    let retried = false
+    let chunked = false
+    const attempt = fused(epoch, action.items.map((item) => ({ messageId: item.messageId, payload: item.chunks[0] }))).pipe(
+      Effect.tapError(() =>
+        Effect.sync(() => {
+          retried = true
+        })
+      ),
+      // An id stored as a chunked batch earlier: recover it through the one-by-one store.
+      Effect.catchTag("QueueChunkedBatch", () => Effect.succeed(undefined))
+    )
+    return Effect.zipRight(
+      guard("Store", attempt, (results) => {
+        if (results === undefined) chunked = true
+        else storeCompleted(action, results, retried)
+      }),
+      Effect.suspend(() => chunked ? storeThenAccept(action, guard) : Effect.void)
+    )
+  }
+
   const run = (action: LaneAction, guard: LaneRunner.Guard): Effect.Effect<void> => {
     switch (action._tag) {
       case "Load":
@@ -77,12 +130,12 @@ export const make = (options: DurableLaneOptions): DurableLane => {
           options.completed((now) => ({ _tag: "Loaded", state: loaded.state, now }))
         })
       case "Store":
-        return guard("Store", storeAll(action.items), (results) =>
-          options.completed((now) => ({ _tag: "StoreCompleted", token: action.token, results, now })))
+        if (action.accept) return storeAccepted(action, guard)
+        return guard("Store", storeAll(action.items), (results) => storeCompleted(action, results, false))
       case "Accept":
         return guard(
           "Accept",
-          action.messageIds.length === 1 ? queue.accept(epoch, action.messageIds[0]) : queue.acceptBatch(epoch, action.messageIds),
+          acceptAll(action.messageIds),
           () => options.completed((now) => ({ _tag: "AcceptCompleted", token: action.token, now }))
         )
       case "PersistConfirm":

@@ -185,8 +185,6 @@ export const make = <A>(
             calls.settle(action)
             break
           case "Completed":
-            calls.completed(action.token)
-            break
           case "AckRejected":
             break
           case "Verify":

@@ -98,7 +98,14 @@ export type ProducerEvent =
   | HandshakeEvent
   | { readonly _tag: "Tick"; readonly now: number }
   | { readonly _tag: "Loaded"; readonly state: DurableQueueState; readonly now: number }
-  | { readonly _tag: "StoreCompleted"; readonly token: string; readonly results: ReadonlyArray<StoreResult>; readonly now: number }
+  | {
+    readonly _tag: "StoreCompleted"
+    readonly token: string
+    readonly results: ReadonlyArray<StoreResult>
+    /** An earlier attempt of this store failed and may have committed (see `ProducerHandshake.acceptedBefore`). */
+    readonly retried?: boolean
+    readonly now: number
+  }
   | { readonly _tag: "AcceptCompleted"; readonly token: string; readonly now: number }
   | { readonly _tag: "Fail"; readonly stage: ReliableDeliveryStage; readonly cause: unknown }
 
@@ -115,6 +122,8 @@ export type ProducerAction =
     readonly _tag: "Store"
     readonly token: string
     readonly items: ReadonlyArray<{ readonly messageId: string; readonly chunks: ReadonlyArray<Uint8Array> }>
+    /** Accept them in the same durable step (the producer acknowledged with the produce). */
+    readonly accept: boolean
   }
   | { readonly _tag: "PersistConfirm"; readonly upToStoreSeq: number }
   | { readonly _tag: "Fail"; readonly stage: ReliableDeliveryStage; readonly cause: unknown }
@@ -215,14 +224,15 @@ export const step = (state: ProducerState, event: ProducerEvent): Step => {
       onVerified(s, event.address, event.nonce, event.ok, out)
       break
     case "Produce":
-      onProduce(s, event.grant, event.items, event.now, out)
+      onProduce(s, event.grant, event.items, false, event.now, out)
       break
     case "StoredAck":
       onStoredAck(s, event.ack, event.now, out)
       break
     case "ProduceAcked":
-      onProduce(s, event.grant, event.items, event.now, out)
-      onAckAll(s, event.grant.token, event.now, out)
+      // Durable: one store-and-accept step; volatile: stored in this fold, acknowledged at once.
+      onProduce(s, event.grant, event.items, true, event.now, out)
+      if (!s.config.durable) onAckAll(s, event.grant.token, event.now, out)
       break
     case "AckAll":
       onAckAll(s, event.token, event.now, out)
@@ -234,7 +244,7 @@ export const step = (state: ProducerState, event: ProducerEvent): Step => {
       onLoaded(s, event.state, event.now, out)
       break
     case "StoreCompleted":
-      onStoreCompleted(s, event.token, event.results, event.now, out)
+      onStoreCompleted(s, event.token, event.results, event.retried === true, event.now, out)
       break
     case "AcceptCompleted":
       onAcceptCompleted(s, event.token, event.now, out)
@@ -422,14 +432,22 @@ const messageView: ProducerHandshake.MessageView<PendingMessage> = {
   storeSeq: (message) => message.parts[message.parts.length - 1].storeSeq
 }
 
-const onProduce = (s: Draft, grant: RequestNext, items: ReadonlyArray<ProduceItem>, now: number, out: Out): void => {
+const onProduce = (
+  s: Draft,
+  grant: RequestNext,
+  items: ReadonlyArray<ProduceItem>,
+  acknowledged: boolean,
+  now: number,
+  out: Out
+): void => {
   if (!ProducerHandshake.admitProduce(s, grant, items, out)) return
   if (s.config.durable) {
-    ProducerHandshake.startStoring(s, grant, items)
+    ProducerHandshake.startStoring(s, grant, items, acknowledged)
     out.push({
       _tag: "Store",
       token: grant.token,
-      items: items.map((item) => ({ messageId: item.messageId, chunks: split(item.payload, s.config.chunkSize) }))
+      items: items.map((item) => ({ messageId: item.messageId, chunks: split(item.payload, s.config.chunkSize) })),
+      accept: acknowledged
     })
     return
   }
@@ -457,11 +475,19 @@ const chunkMark = (index: number, count: number): ChunkMark | undefined =>
 
 /**
  * The durable queue's authoritative answer. A resubmission keeps the first write's shape and
- * seqs; one that is already accepted or already emitted is not dispatched twice.
+ * seqs; one that is already accepted or already emitted, or repeats an earlier id of the same
+ * batch, is not dispatched twice. A store that accepted too settles the handshake at once.
  */
-const onStoreCompleted = (s: Draft, token: string, results: ReadonlyArray<StoreResult>, now: number, out: Out): void => {
-  const grant = ProducerHandshake.storingGrant(s, token)
-  if (grant === undefined) return
+const onStoreCompleted = (
+  s: Draft,
+  token: string,
+  results: ReadonlyArray<StoreResult>,
+  retried: boolean,
+  now: number,
+  out: Out
+): void => {
+  const storing = ProducerHandshake.storing(s, token)
+  if (storing === undefined) return
   const messages = results.map((result): PendingMessage => ({
     messageId: result.messageId,
     parts: result.entries.map((entry) => {
@@ -469,8 +495,21 @@ const onStoreCompleted = (s: Draft, token: string, results: ReadonlyArray<StoreR
       return { storeSeq: entry.seq, payload: entry.payload, chunk: entry.chunk }
     })
   }))
-  const known = results.map((result) => result.alreadyStored && (result.accepted || isHeld(s, result.messageId)))
-  ProducerHandshake.stored(s, messageView, grant, messages, results.map((result) => result.alreadyStored), known, now, out)
+  const known = results.map((result, index) =>
+    result.alreadyStored && (
+      ProducerHandshake.acceptedBefore(storing, retried, result.accepted) || isHeld(s, result.messageId) ||
+      repeatsEarlier(results, index)
+    )
+  )
+  const alreadyStored = results.map((result) => result.alreadyStored)
+  const settled = ProducerHandshake.storeCompleted(s, messageView, storing, messages, alreadyStored, known, now, out)
+  if (settled !== undefined) completeHandshake(s, settled, now, out)
+}
+
+/** True when an earlier result of the same batch carries the same business id. */
+const repeatsEarlier = (results: ReadonlyArray<StoreResult>, index: number): boolean => {
+  for (let other = 0; other < index; other++) if (results[other].messageId === results[index].messageId) return true
+  return false
 }
 
 /** True when an emitted, unconfirmed entry already carries this business id. */

@@ -3,16 +3,21 @@
  * handshake operations (load, store, accept) before confirmations. Workers confirm out of order,
  * so confirmations are per job; those that pile up while another operation runs go out together
  * in one `confirmBatch`. Retries, terminal errors and restarts as in `internal/LaneRunner`.
+ *
+ * A store the producer acknowledged with its produce (`accept`) runs as the queue's
+ * `storeAccepted`, one transaction, when the queue has it; otherwise as a store and then an
+ * accept, each retried on its own (see `DurableLane`).
  */
 import { Effect } from "effect"
 import type { Fiber } from "effect"
 import type { ReliableDeliveryStage } from "../Protocol/Failure.js"
-import type { QueueEpoch } from "../DurableQueue/DurableProducerQueue.js"
-import type { DurableWorkQueueService } from "../DurableQueue/DurableWorkQueue.js"
+import type { QueueEpoch, StoreRequest } from "../DurableQueue/DurableProducerQueue.js"
+import type { DurableWorkQueueService, WorkStoreResult } from "../DurableQueue/DurableWorkQueue.js"
 import * as LaneRunner from "./internal/LaneRunner.js"
 import type { WorkAction, WorkEvent } from "./WorkPullingMachine.js"
 
 export type LaneAction = Extract<WorkAction, { readonly _tag: "Load" | "Store" | "Accept" | "ConfirmJobs" }>
+type StoreAction = Extract<WorkAction, { readonly _tag: "Store" }>
 
 export interface WorkLaneOptions {
   readonly queue: DurableWorkQueueService
@@ -35,6 +40,40 @@ export const make = (options: WorkLaneOptions): WorkLane => {
   // One transaction stays bounded however many confirmations piled up.
   const maxBatch = 1000
 
+  const storeAll = (items: ReadonlyArray<StoreRequest>) =>
+    items.length === 1 ? Effect.map(queue.store(epoch, items[0]), (result) => [result]) : queue.storeBatch(epoch, items)
+
+  const acceptAll = (messageIds: ReadonlyArray<string>) =>
+    messageIds.length === 1 ? queue.accept(epoch, messageIds[0]) : queue.acceptBatch(epoch, messageIds)
+
+  const storeCompleted = (action: StoreAction, results: ReadonlyArray<WorkStoreResult>, retried: boolean) =>
+    options.completed((now) => ({ _tag: "StoreCompleted", token: action.token, results, retried, now }))
+
+  /** Stores and accepts: one transaction, or the store then the accept without `storeAccepted`. */
+  const storeAccepted = (action: StoreAction, guard: LaneRunner.Guard): Effect.Effect<void> => {
+    const fused = queue.storeAccepted
+    if (fused === undefined) {
+      let stored: ReadonlyArray<WorkStoreResult> | undefined
+      return Effect.zipRight(
+        guard("Store", storeAll(action.items), (results) => {
+          stored = results
+        }),
+        Effect.suspend(() => {
+          const results = stored
+          if (results === undefined) return Effect.void // failed: the lane has reported it
+          return guard("Accept", acceptAll(action.items.map((item) => item.messageId)), () => storeCompleted(action, results, false))
+        })
+      )
+    }
+    // A retry may find the first attempt committed: `accepted` may then be this store's own.
+    let retried = false
+    const attempt = Effect.tapError(fused(epoch, action.items), () =>
+      Effect.sync(() => {
+        retried = true
+      }))
+    return guard("Store", attempt, (results) => storeCompleted(action, results, retried))
+  }
+
   const run = (action: LaneAction, guard: LaneRunner.Guard): Effect.Effect<void> => {
     switch (action._tag) {
       case "Load":
@@ -43,17 +82,12 @@ export const make = (options: WorkLaneOptions): WorkLane => {
           options.completed((now) => ({ _tag: "Loaded", state: loaded.state, now }))
         })
       case "Store":
-        return guard(
-          "Store",
-          action.items.length === 1
-            ? Effect.map(queue.store(epoch, action.items[0]), (result) => [result])
-            : queue.storeBatch(epoch, action.items),
-          (results) => options.completed((now) => ({ _tag: "StoreCompleted", token: action.token, results, now }))
-        )
+        if (action.accept) return storeAccepted(action, guard)
+        return guard("Store", storeAll(action.items), (results) => storeCompleted(action, results, false))
       case "Accept":
         return guard(
           "Accept",
-          action.messageIds.length === 1 ? queue.accept(epoch, action.messageIds[0]) : queue.acceptBatch(epoch, action.messageIds),
+          acceptAll(action.messageIds),
           () => options.completed((now) => ({ _tag: "AcceptCompleted", token: action.token, now }))
         )
       case "ConfirmJobs":

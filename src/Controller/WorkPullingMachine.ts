@@ -110,7 +110,14 @@ export type WorkEvent =
   | Handshake.HandshakeEvent
   | { readonly _tag: "Tick"; readonly now: number }
   | { readonly _tag: "Loaded"; readonly state: WorkQueueState; readonly now: number }
-  | { readonly _tag: "StoreCompleted"; readonly token: string; readonly results: ReadonlyArray<WorkStoreResult>; readonly now: number }
+  | {
+    readonly _tag: "StoreCompleted"
+    readonly token: string
+    readonly results: ReadonlyArray<WorkStoreResult>
+    /** An earlier attempt of this store failed and may have committed (see `ProducerHandshake.acceptedBefore`). */
+    readonly retried?: boolean
+    readonly now: number
+  }
   | { readonly _tag: "AcceptCompleted"; readonly token: string; readonly now: number }
   | { readonly _tag: "Fail"; readonly stage: ReliableDeliveryStage; readonly cause: unknown }
 
@@ -127,7 +134,8 @@ export type WorkAction =
   /** Jobs confirmed, for counting, when nobody asked for notifications. */
   | { readonly _tag: "Confirmed"; readonly count: number }
   | { readonly _tag: "Load" }
-  | { readonly _tag: "Store"; readonly token: string; readonly items: ReadonlyArray<ProduceItem> }
+  /** `accept`: accept them in the same durable step (the producer acknowledged with the produce). */
+  | { readonly _tag: "Store"; readonly token: string; readonly items: ReadonlyArray<ProduceItem>; readonly accept: boolean }
   | { readonly _tag: "ConfirmJobs"; readonly messageIds: ReadonlyArray<string> }
   | {
     readonly _tag: "BindingEnded"
@@ -243,11 +251,12 @@ export const step = (state: WorkState, event: WorkEvent): Step => {
       onAudited(s, event.address, event.live, event.now, out)
       break
     case "Produce":
-      onProduce(s, event.grant, event.items, event.now, out)
+      onProduce(s, event.grant, event.items, false, event.now, out)
       break
     case "ProduceAcked":
-      onProduce(s, event.grant, event.items, event.now, out)
-      onAckAll(s, event.grant.token, event.now, out)
+      // Durable: one store-and-accept step; volatile: stored in this fold, acknowledged at once.
+      onProduce(s, event.grant, event.items, true, event.now, out)
+      if (!s.config.durable) onAckAll(s, event.grant.token, event.now, out)
       break
     case "StoredAck":
       onStoredAck(s, event.ack, event.now, out)
@@ -262,7 +271,7 @@ export const step = (state: WorkState, event: WorkEvent): Step => {
       onLoaded(s, event.state, event.now, out)
       break
     case "StoreCompleted":
-      onStoreCompleted(s, event.token, event.results, event.now, out)
+      onStoreCompleted(s, event.token, event.results, event.retried === true, event.now, out)
       break
     case "AcceptCompleted":
       onAcceptCompleted(s, event.token, event.now, out)
@@ -567,11 +576,18 @@ export const checkProduced = (state: WorkState, grant: RequestNext, messageId: s
 export const answeredBefore = (state: WorkState, grant: RequestNext, messageId: string) =>
   Handshake.answeredBefore(state.handshake, grant, messageId)
 
-const onProduce = (s: Draft, grant: RequestNext, items: ReadonlyArray<ProduceItem>, now: number, out: Out): void => {
+const onProduce = (
+  s: Draft,
+  grant: RequestNext,
+  items: ReadonlyArray<ProduceItem>,
+  acknowledged: boolean,
+  now: number,
+  out: Out
+): void => {
   if (!Handshake.admitProduce(s, grant, items, out)) return
   if (s.config.durable) {
-    Handshake.startStoring(s, grant, items)
-    out.push({ _tag: "Store", token: grant.token, items })
+    Handshake.startStoring(s, grant, items, acknowledged)
+    out.push({ _tag: "Store", token: grant.token, items, accept: acknowledged })
     return
   }
   const jobs = items.map((item): Job => ({ storeSeq: ++s.lastStoreSeq, messageId: item.messageId, payload: item.payload }))
@@ -581,20 +597,44 @@ const onProduce = (s: Draft, grant: RequestNext, items: ReadonlyArray<ProduceIte
 /**
  * The durable queue's authoritative answer. A resubmission keeps the first write's seq and
  * payload; one already accepted (so held here, or confirmed) is not dispatched twice, and neither
- * is a second copy of an id within one batch.
+ * is a second copy of an id within one batch. A store that accepted too settles the handshake at
+ * once.
  */
-const onStoreCompleted = (s: Draft, token: string, results: ReadonlyArray<WorkStoreResult>, now: number, out: Out): void => {
-  const grant = Handshake.storingGrant(s, token)
-  if (grant === undefined) return
+const onStoreCompleted = (
+  s: Draft,
+  token: string,
+  results: ReadonlyArray<WorkStoreResult>,
+  retried: boolean,
+  now: number,
+  out: Out
+): void => {
+  const storing = Handshake.storing(s, token)
+  if (storing === undefined) return
   const jobs: Array<Job> = []
   const known: Array<boolean> = []
   for (let index = 0; index < results.length; index++) {
     const { entry, alreadyStored, accepted, confirmed } = results[index]
     if (entry.seq > s.lastStoreSeq) s.lastStoreSeq = entry.seq
     jobs.push({ storeSeq: entry.seq, messageId: entry.messageId, payload: entry.payload })
-    known.push(alreadyStored && (accepted || confirmed || jobs.some((job, other) => other < index && job.messageId === entry.messageId)))
+    known.push(
+      alreadyStored && (
+        confirmed || Handshake.acceptedBefore(storing, retried, accepted) || isHeld(s, entry.messageId) ||
+        jobs.some((job, other) => other < index && job.messageId === entry.messageId)
+      )
+    )
   }
-  Handshake.stored(s, jobView, grant, jobs, results.map((result) => result.alreadyStored), known, now, out)
+  const alreadyStored = results.map((result) => result.alreadyStored)
+  const settled = Handshake.storeCompleted(s, jobView, storing, jobs, alreadyStored, known, now, out)
+  if (settled !== undefined) completeHandshake(s, settled, now, out)
+}
+
+/** True when the pool or a worker holds a job with this id. */
+const isHeld = (s: Draft, messageId: string): boolean => {
+  for (let i = 0; i < s.pool.length; i++) if (s.pool.at(i)!.messageId === messageId) return true
+  for (const binding of s.bindings) {
+    for (let i = 0; i < binding.unconfirmed.length; i++) if (binding.unconfirmed.at(i)!.job.messageId === messageId) return true
+  }
+  return false
 }
 
 const onStoredAck = (s: Draft, ack: StoredAck, now: number, out: Out): void => {

@@ -603,6 +603,98 @@ describe("ProducerMachine", () => {
       expect(run(state, ackEvent(1)).actions).toContainEqual({ _tag: "PersistConfirm", upToStoreSeq: 1 })
     })
 
+    describe("produce-and-acknowledge (the everyday path): one store-and-accept step", () => {
+      /** Loaded with `held` reloaded (store seqs 3..), bound, with demand for 50. */
+      const ready = (held: ReadonlyArray<string> = []) =>
+        run(durable(), {
+          _tag: "Loaded",
+          state: {
+            currentSeq: 10,
+            confirmedSeq: 2,
+            unconfirmed: held.map((messageId, index) => ({ seq: 3 + index, messageId, payload: bytes(messageId) }))
+          },
+          now: 0
+        }, verified(), request(2, 50)).state
+
+      it("stores with accept, then answers, emits and offers the next grant in the completion's fold", () => {
+        const state = ready()
+        const grant = grantOf(state)
+        const storing = run(state, { _tag: "ProduceAcked", grant, items: [{ messageId: "m1", payload: bytes("a") }], now: 0 })
+        expect(storing.actions).toEqual([{ _tag: "Store", token: grant.token, items: [{ messageId: "m1", chunks: [bytes("a")] }], accept: true }])
+        expect(storing.state.handshake).toMatchObject({ _tag: "Storing", acknowledged: true })
+        // an AckAll or StoredAck while it stores changes nothing: the store accepts
+        const acked = run(storing.state, { _tag: "AckAll", token: grant.token, now: 0 })
+        expect(acked.actions).toEqual([])
+        const done = run(acked.state, {
+          _tag: "StoreCompleted",
+          token: grant.token,
+          results: [{ messageId: "m1", entries: [{ seq: 11, messageId: "m1", payload: bytes("a") }], alreadyStored: false, accepted: false }],
+          now: 0
+        })
+        expect(tags(done.actions)).toEqual(["Answer", "Completed", "Send", "Offer"])
+        expect(storedOf(done.actions)).toMatchObject({ messageId: "m1", seq: 11, alreadyStored: false })
+        expect(seqs(done.actions)).toEqual([3]) // wire seqs continue from the confirmed watermark
+        // a late StoredAck of the completed grant is a no-op
+        expect(run(done.state, { _tag: "StoredAck", ack: StoredAck.make(storedOf(done.actions)), now: 0 }).actions).toEqual([])
+      })
+
+      // Which results are emitted: exactly what a one-by-one store then accept would emit.
+      const cases: ReadonlyArray<{
+        readonly name: string
+        readonly alreadyStored: boolean
+        readonly accepted: boolean
+        readonly held?: boolean
+        readonly retried?: boolean
+        readonly emitted: boolean
+      }> = [
+        { name: "a new message", alreadyStored: false, accepted: false, emitted: true },
+        { name: "stored by an earlier producer that crashed before accepting", alreadyStored: true, accepted: false, emitted: true },
+        { name: "accepted and confirmed before", alreadyStored: true, accepted: true, emitted: false },
+        { name: "accepted before and reloaded (held)", alreadyStored: true, accepted: true, held: true, emitted: false },
+        { name: "held, on a retried store", alreadyStored: true, accepted: true, held: true, retried: true, emitted: false },
+        // the first attempt committed and its answer was lost: `accepted` is this store's own
+        { name: "accepted by a retried store's own first attempt", alreadyStored: true, accepted: true, retried: true, emitted: true }
+      ]
+      for (const row of cases) {
+        it(`${row.emitted ? "emits" : "does not emit"} a message ${row.name}`, () => {
+          const state = ready(row.held === true ? ["m"] : [])
+          const grant = grantOf(state)
+          const done = run(state, { _tag: "ProduceAcked", grant, items: [{ messageId: "m", payload: bytes("fresh") }], now: 0 }, {
+            _tag: "StoreCompleted",
+            token: grant.token,
+            results: [{ messageId: "m", entries: [{ seq: 3, messageId: "m", payload: bytes("m") }], alreadyStored: row.alreadyStored, accepted: row.accepted }],
+            ...(row.retried === true ? { retried: true } : {}),
+            now: 0
+          })
+          expect(storedOf(done.actions)).toMatchObject({ messageId: "m", seq: 3, alreadyStored: row.alreadyStored })
+          expect((sent(done.actions) as Array<SequencedMessage>).filter((m) => m.messageId === "m")).toHaveLength(row.emitted ? 1 : 0)
+          expect(tags(done.actions)).toContain("Completed")
+        })
+      }
+
+      it("emits an id repeated in one batch once", () => {
+        const state = ready()
+        const grant = grantOf(state)
+        const entry = { seq: 11, messageId: "m", payload: bytes("m") }
+        const done = run(state, {
+          _tag: "ProduceAcked",
+          grant,
+          items: [{ messageId: "m", payload: bytes("m") }, { messageId: "m", payload: bytes("again") }],
+          now: 0
+        }, {
+          _tag: "StoreCompleted",
+          token: grant.token,
+          results: [
+            { messageId: "m", entries: [entry], alreadyStored: false, accepted: false },
+            { messageId: "m", entries: [entry], alreadyStored: true, accepted: true }
+          ],
+          retried: true,
+          now: 0
+        })
+        expect(seqs(done.actions)).toEqual([3])
+      })
+    })
+
     it("does not dispatch a resubmission of an already accepted message twice", () => {
       let state = run(durable(), { _tag: "Loaded", state: { currentSeq: 3, confirmedSeq: 3, unconfirmed: [] }, now: 0 }, verified(), request(3, 8)).state
       const grant = grantOf(state)

@@ -472,7 +472,7 @@ describe("WorkPullingMachine", () => {
       const state = run(durable().state, { _tag: "Loaded", state: { currentSeq: 4, pending: [] }, now: 0 }, verified(w1), request(w1, 0, 2)).state
       const grant = grantOf(state)
       const storing = run(state, { _tag: "Produce", grant, items: [{ messageId: "a", payload: bytes("x") }], now: 0 })
-      expect(storing.actions).toEqual([{ _tag: "Store", token: grant.token, items: [{ messageId: "a", payload: bytes("x") }] }])
+      expect(storing.actions).toEqual([{ _tag: "Store", token: grant.token, items: [{ messageId: "a", payload: bytes("x") }], accept: false }])
       const stored = run(storing.state, {
         _tag: "StoreCompleted",
         token: grant.token,
@@ -513,6 +513,72 @@ describe("WorkPullingMachine", () => {
       ])
       const done = run(stored.state, { _tag: "AckAll", token: grant.token, now: 0 }, { _tag: "AcceptCompleted", token: grant.token, now: 0 })
       expect(sentTo(done.actions)).toEqual(["w1:lost"])
+    })
+
+    describe("produce-and-acknowledge (the everyday path): one store-and-accept step", () => {
+      /** Loaded with `pending` jobs (store seqs 1..), w1 bound with demand for 10. */
+      const ready = (pending: ReadonlyArray<string> = []) =>
+        run(durable().state, {
+          _tag: "Loaded",
+          state: { currentSeq: 10, pending: pending.map((messageId, index) => ({ seq: 1 + index, messageId, payload: bytes(messageId) })) },
+          now: 0
+        }, verified(w1), request(w1, 0, 10)).state
+
+      it("stores with accept, then answers and dispatches in the completion's fold", () => {
+        const state = ready()
+        const token = grantOf(state).token
+        const storing = produce(state, "a")
+        expect(storing.actions).toEqual([{ _tag: "Store", token, items: [{ messageId: "a", payload: bytes("payload-a") }], accept: true }])
+        const done = run(storing.state, {
+          _tag: "StoreCompleted",
+          token,
+          results: [{ entry: { seq: 11, messageId: "a", payload: bytes("payload-a") }, alreadyStored: false, accepted: false, confirmed: false }],
+          now: 0
+        })
+        expect(tags(done.actions)).toEqual(["Answer", "Completed", "Send", "Offer"])
+        expect(storedOf(done.actions).map((answer) => [answer.messageId, answer.seq])).toEqual([["a", 11]])
+        expect(sentTo(done.actions)).toEqual(["w1:a"])
+      })
+
+      const cases: ReadonlyArray<{
+        readonly name: string
+        readonly alreadyStored: boolean
+        readonly accepted: boolean
+        readonly confirmed?: boolean
+        readonly held?: boolean
+        readonly retried?: boolean
+        readonly dispatched: boolean
+      }> = [
+        { name: "a new job", alreadyStored: false, accepted: false, dispatched: true },
+        { name: "stored by an earlier producer that crashed before accepting", alreadyStored: true, accepted: false, dispatched: true },
+        { name: "confirmed before", alreadyStored: true, accepted: true, confirmed: true, dispatched: false },
+        { name: "confirmed before, on a retried store", alreadyStored: true, accepted: true, confirmed: true, retried: true, dispatched: false },
+        { name: "accepted before and reloaded (held)", alreadyStored: true, accepted: true, held: true, dispatched: false },
+        { name: "held, on a retried store", alreadyStored: true, accepted: true, held: true, retried: true, dispatched: false },
+        // the first attempt committed and its answer was lost: `accepted` is this store's own
+        { name: "accepted by a retried store's own first attempt", alreadyStored: true, accepted: true, retried: true, dispatched: true }
+      ]
+      for (const row of cases) {
+        it(`${row.dispatched ? "dispatches" : "does not dispatch"} a job ${row.name}`, () => {
+          const state = ready(row.held === true ? ["j"] : [])
+          const grant = grantOf(state)
+          const done = run(state, { _tag: "ProduceAcked", grant, items: [{ messageId: "j", payload: bytes("fresh") }], now: 0 }, {
+            _tag: "StoreCompleted",
+            token: grant.token,
+            results: [{
+              entry: { seq: 1, messageId: "j", payload: bytes("j") },
+              alreadyStored: row.alreadyStored,
+              accepted: row.accepted,
+              confirmed: row.confirmed ?? false
+            }],
+            ...(row.retried === true ? { retried: true } : {}),
+            now: 0
+          })
+          expect(storedOf(done.actions).map((answer) => [answer.messageId, answer.seq])).toEqual([["j", 1]])
+          expect(sentTo(done.actions)).toEqual(row.dispatched ? ["w1:j"] : [])
+          expect(tags(done.actions)).toContain("Completed")
+        })
+      }
     })
 
     it("ignores a late store or accept completion of another token", () => {

@@ -4,6 +4,8 @@
  * controller's machine in the caller's fiber: a fold is synchronous, so the JS thread already
  * serializes it with the inbox fiber's folds. A volatile controller answers in the same fold; a
  * durable one answers when its store completes (the machine's `Answer` action, passed to `settle`).
+ * `sendNow` (the everyday path) produces and acknowledges in one event: a durable controller
+ * answers it once the messages are stored and accepted, in one durable step.
  */
 import { Deferred, Effect, Either, FiberId } from "effect"
 import type { RequestNext, Stored, StoredAck } from "../../Protocol/Contract.js"
@@ -46,15 +48,18 @@ export interface Calls<A> {
   readonly produceAll: (grant: RequestNext, items: ReadonlyArray<Item<A>>) => Effect.Effect<ReadonlyArray<Stored>, ProduceError>
   readonly storedAck: (ack: StoredAck) => Effect.Effect<void, ProducerContractError>
   readonly ackAll: (token: string) => void
-  /** Produces and acknowledges under one grant: settled at once when volatile, an effect when durable. */
+  /**
+   * Produces and acknowledges under one grant: settled at once when volatile; when durable, an
+   * effect that resolves once the messages are stored and accepted (a message whose accept never
+   * landed is not in the queue's reload, so its sender must not think it is sent). If the
+   * controller stops first, the caller is told to retry (same messageId, same seq).
+   */
   readonly sendNow: (
     grant: RequestNext,
     items: ReadonlyArray<Item<A>>
   ) => Either.Either<ReadonlyArray<Stored>, ProduceError> | Effect.Effect<ReadonlyArray<Stored>, ProduceError>
   /** The machine answered a grant whose caller may be waiting. */
   readonly settle: (action: AnswerAction) => void
-  /** A handshake ended (durable: its messages were accepted and emitted). */
-  readonly completed: (token: string) => void
   /** The controller stopped: every waiting caller is told to take a new grant. */
   readonly abandon: () => void
 }
@@ -70,7 +75,6 @@ const findAnswer = (actions: ReadonlyArray<{ readonly _tag: string }>, token: st
 
 export const make = <A>(options: CallsOptions<A>): Calls<A> => {
   const replies = new Map<string, Deferred.Deferred<ReadonlyArray<Stored>, ProducerContractError>>()
-  const completions = new Map<string, Deferred.Deferred<void, ProducerContractError>>()
   const { dispatch, now } = options
 
   const stoppedError = (grant: RequestNext | string) =>
@@ -130,29 +134,6 @@ export const make = <A>(options: CallsOptions<A>): Calls<A> => {
 
   const ackAll = (token: string) => void dispatch({ _tag: "AckAll", token, now: now() })
 
-  /**
-   * Durable `send` resolves only once its messages are accepted and emitted: a message whose
-   * accept never landed is not in the queue's reload, so its sender must not think it is sent.
-   * If the controller stops first, the caller is told to retry (same messageId, same seq).
-   */
-  const acknowledgeAndAwait = (token: string, stored: ReadonlyArray<Stored>) =>
-    Effect.suspend((): Effect.Effect<ReadonlyArray<Stored>, ProducerContractError> => {
-      const done = Deferred.unsafeMake<void, ProducerContractError>(FiberId.none)
-      completions.set(token, done)
-      const actions = dispatch({ _tag: "AckAll", token, now: now() })
-      if (completions.get(token) !== done) return Effect.succeed(stored) // completed within the fold
-      if (options.stopped()) {
-        completions.delete(token)
-        return Effect.fail(stoppedError(token))
-      }
-      if (!actions.some((action) => action._tag === "Accept")) {
-        // Someone else already acknowledged this handshake: the messages are on their way.
-        completions.delete(token)
-        return Effect.succeed(stored)
-      }
-      return Effect.as(Deferred.await(done), stored)
-    })
-
   return {
     produce: (grant, messageId, payload) => Effect.map(produceAll(grant, [{ messageId, payload }]), (stored) => stored[0]),
     produceAll,
@@ -165,11 +146,9 @@ export const make = <A>(options: CallsOptions<A>): Calls<A> => {
       }),
     ackAll,
     sendNow: (grant, items) => {
-      // A volatile controller stores in the fold, so produce and acknowledge fold as one event.
-      const answered = produceNow(grant, items, !options.durable)
-      if (!options.durable) return answered as Answer
-      const stored = Either.isEither(answered) ? answered : Deferred.await(answered)
-      return Effect.flatMap(stored, (values) => acknowledgeAndAwait(grant.token, values))
+      // The durable answer comes with the completion of the store-and-accept step.
+      const answered = produceNow(grant, items, true)
+      return Either.isEither(answered) ? answered : Deferred.await(answered)
     },
     settle: (action) => {
       const reply = replies.get(action.token)
@@ -177,15 +156,7 @@ export const make = <A>(options: CallsOptions<A>): Calls<A> => {
       replies.delete(action.token)
       Deferred.unsafeDone(reply, Either.isRight(action.result) ? Effect.succeed(action.result.right) : Effect.fail(action.result.left))
     },
-    completed: (token) => {
-      const done = completions.get(token)
-      if (done === undefined) return
-      completions.delete(token)
-      Deferred.unsafeDone(done, Effect.void)
-    },
     abandon: () => {
-      for (const [token, done] of completions) Deferred.unsafeDone(done, Effect.fail(stoppedError(token)))
-      completions.clear()
       for (const [token, reply] of replies) {
         Deferred.unsafeDone(reply, Effect.fail(new ProducerContractError({
           reason: "StaleGrant",

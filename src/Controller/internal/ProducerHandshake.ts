@@ -8,6 +8,11 @@
  * what happens once it is emitted stays with the machine. One grant is answered by one message on
  * the contract path; the everyday `sendAll` path answers one grant with a batch (stored and
  * accepted together, exactly as one by one would).
+ *
+ * The everyday path produces and acknowledges in one event (`ProduceAcked`). A durable machine
+ * then stores and accepts in one durable step (`acknowledged` Storing): nothing can happen
+ * between the two that the caller could act on, and one transaction instead of two halves the
+ * commits and leaves nothing half done after a crash.
  */
 import { Either } from "effect"
 import { isReservedMessageId } from "../../Protocol/ChunkId.js"
@@ -19,7 +24,13 @@ import { ProducerContractError } from "../../Protocol/Errors.js"
 export type Handshake<M = unknown> =
   | { readonly _tag: "Idle" }
   | { readonly _tag: "Granted"; readonly grant: RequestNext; readonly offeredAt: number }
-  | { readonly _tag: "Storing"; readonly grant: RequestNext; readonly messageIds: ReadonlyArray<string> }
+  | {
+    readonly _tag: "Storing"
+    readonly grant: RequestNext
+    readonly messageIds: ReadonlyArray<string>
+    /** Acknowledged with the produce: the store accepts too, and completes the handshake. */
+    readonly acknowledged: boolean
+  }
   | StoredHandshake<M>
   | AcceptingHandshake<M>
 
@@ -69,7 +80,7 @@ export interface ProduceItem {
 /** The contract events every producer-side machine takes, in the same shape. */
 export type HandshakeEvent =
   | { readonly _tag: "Produce"; readonly grant: RequestNext; readonly items: ReadonlyArray<ProduceItem>; readonly now: number }
-  /** The everyday volatile path: produce and acknowledge in one fold. */
+  /** The everyday path: produce and acknowledge in one fold (durable: one store-and-accept). */
   | { readonly _tag: "ProduceAcked"; readonly grant: RequestNext; readonly items: ReadonlyArray<ProduceItem>; readonly now: number }
   | { readonly _tag: "StoredAck"; readonly ack: StoredAck; readonly now: number }
   /** The everyday path acknowledges every message stored under its grant at once. */
@@ -212,15 +223,23 @@ export const admitProduce = <M>(s: HandshakeDraft<M>, grant: RequestNext, items:
   return false
 }
 
-/** A durable machine stores the admitted items before it answers. */
-export const startStoring = <M>(s: HandshakeDraft<M>, grant: RequestNext, items: ReadonlyArray<ProduceItem>): void => {
-  s.handshake = { _tag: "Storing", grant, messageIds: items.map((item) => item.messageId) }
+/**
+ * A durable machine stores the admitted items before it answers; `acknowledged` items (the
+ * everyday path) are accepted in the same durable step.
+ */
+export const startStoring = <M>(
+  s: HandshakeDraft<M>,
+  grant: RequestNext,
+  items: ReadonlyArray<ProduceItem>,
+  acknowledged: boolean
+): void => {
+  s.handshake = { _tag: "Storing", grant, messageIds: items.map((item) => item.messageId), acknowledged }
 }
 
-/** The grant of the store in progress, when `token` names it (a late completion names none). */
-export const storingGrant = <M>(s: HandshakeDraft<M>, token: string): RequestNext | undefined => {
+/** The store in progress, when `token` names it (a late completion names none). */
+export const storing = <M>(s: HandshakeDraft<M>, token: string): StoringHandshake | undefined => {
   const handshake = s.handshake
-  return handshake._tag === "Storing" && handshake.grant.token === token ? handshake.grant : undefined
+  return handshake._tag === "Storing" && handshake.grant.token === token ? handshake : undefined
 }
 
 /** How a machine tells the store seq and id of one of its messages. */
@@ -240,7 +259,7 @@ export const stored = <M>(
   known: ReadonlyArray<boolean> | undefined,
   now: number,
   out: Sink
-): void => {
+): StoredHandshake<M> => {
   const answers = messages.map((message, index) =>
     new Stored({
       endpoint: s.config.endpoint,
@@ -251,9 +270,42 @@ export const stored = <M>(
       alreadyStored: alreadyStored?.[index] ?? false
     })
   )
-  s.handshake = { _tag: "Stored", grant, stored: answers, messages, known: known ?? [], offeredAt: now }
+  const handshake: StoredHandshake<M> = { _tag: "Stored", grant, stored: answers, messages, known: known ?? [], offeredAt: now }
+  s.handshake = handshake
   answer(grant.token, Either.right(answers), out)
+  return handshake
 }
+
+/** The store in progress. */
+export type StoringHandshake = Extract<Handshake<never>, { readonly _tag: "Storing" }>
+
+/**
+ * The durable store of `storing` finished: answer `Stored` for each message. An acknowledged
+ * store accepted them too, so its handshake is settled at once (returned); otherwise it waits
+ * for the acknowledgement.
+ */
+export const storeCompleted = <M>(
+  s: HandshakeDraft<M>,
+  view: MessageView<M>,
+  storing: StoringHandshake,
+  messages: ReadonlyArray<M>,
+  alreadyStored: ReadonlyArray<boolean>,
+  known: ReadonlyArray<boolean>,
+  now: number,
+  out: Sink
+): Settled<M> | undefined => {
+  const handshake = stored(s, view, storing.grant, messages, alreadyStored, known, now, out)
+  return storing.acknowledged ? handshake : undefined
+}
+
+/**
+ * Whether a store result's `accepted` shows the message was taken care of before this handshake
+ * (reloaded, emitted or confirmed already), so it must not be emitted again. Not when the store
+ * accepted (`acknowledged`) and had to be retried: an earlier attempt may have committed with its
+ * answer lost, and then `accepted` is this handshake's own acceptance.
+ */
+export const acceptedBefore = (storing: StoringHandshake, retried: boolean, accepted: boolean): boolean =>
+  accepted && !(storing.acknowledged && retried)
 
 // ---------------------------------------------------------------------------------------------
 // StoredAck

@@ -61,10 +61,12 @@ const clusterOf = (operation: string) =>
 /**
  * Creates the relocatable endpoint `name` with the factory registered under `key`, on this node
  * or on the live member `options.node`, and waits until it runs there. The endpoint is then
- * relocatable: when its node's lease expires, exactly one surviving node with the same factory
- * re-creates it. Fails with `ReliableClusterRequired` on a system that is not clustered, and with
- * `ClusterPlacementError` when the node is not a live member, lacks the factory, a live node holds
- * the name already, or the node did not start it in time.
+ * relocatable: when its node's lease expires (or the node leaves), exactly one surviving node
+ * with the same factory re-creates it; it lives until `Cluster.stop(name)`, across restarts of
+ * the whole cluster. When it already runs (same name, same factory), `spawn` only waits for it
+ * to be started, wherever it is. Fails with `ReliableClusterRequired` on a system that is not
+ * clustered, and with `ClusterPlacementError` when the node is not a live member, lacks the
+ * factory, another endpoint holds the name, or the node did not start it in time.
  */
 export const spawn = (
   key: string,
@@ -78,6 +80,17 @@ export const spawn = (
       options.node ?? member.node,
       Duration.decode(options.timeout ?? Duration.millis(2 * member.leaseMs))
     ))
+
+/**
+ * Retires the relocatable endpoint `name` for good: no node re-creates it any more, and the node
+ * running it closes it (within one lease renewal interval). Succeeds when there is no such
+ * endpoint; fails with `ClusterPlacementError` ("NotRelocatable") for an endpoint pinned to its
+ * node, which ends when the scope that made it closes.
+ */
+export const stop = (
+  name: string
+): Effect.Effect<void, ReliableClusterRequired | ClusterPlacementError | ClusterRegistryError, ReliableSystem> =>
+  Effect.flatMap(clusterOf("Cluster.stop"), (member) => member.stop(name))
 
 /** The live members of the cluster of the system in context. */
 export const members: Effect.Effect<

@@ -30,8 +30,9 @@ export class ReliablePeerClusterConflict extends Data.TaggedError("ReliablePeerC
 }> {}
 
 /**
- * A cluster-only operation (remote placement of an endpoint) on a system that is not a cluster
- * member: there is no registry to place through. Build the system with `ReliableSystem.layerCluster`.
+ * A cluster-only operation (`Cluster.spawn` placing an endpoint, `Cluster.stop`, ...) on a system
+ * that is not a cluster member: there is no registry to go through. Build the system with
+ * `ReliableSystem.layerCluster`.
  */
 export class ReliableClusterRequired extends Data.TaggedError("ReliableClusterRequired")<{
   readonly operation: string

@@ -250,6 +250,33 @@ describe("cluster mode (in process)", () => {
       expect(new Set(received.map((r) => r.n)).size).toBe(3000)
     }).pipe(Effect.scoped))
 
+  it.live("a relocatable worker of a crashed node is re-created on a survivor, registers again and takes the jobs that follow", () =>
+    Effect.gen(function*() {
+      const w = yield* world
+      const done: Array<{ readonly worker: string; readonly id: string }> = []
+      const worker = Cluster.relocatable("worker", (name) =>
+        Effect.gen(function*() {
+          const node = (yield* ReliableSystem.ReliableSystem).node
+          const endpoint = yield* WorkPulling.worker({ name, producer: "dispatcher", payload: Job, window: 10, resendInterval: "100 millis" })
+          yield* Effect.forkScoped(endpoint.run((delivery) => Effect.sync(() => void done.push({ worker: node, id: delivery.messageId }))))
+        }))
+      const options = { ...lease, relocatable: [worker] }
+      const a = yield* startMember(w, "a", lease)
+      const b = yield* startMember(w, "b", options)
+      yield* startMember(w, "c", options)
+      const producer = yield* a.run(WorkPulling.producer({ name: "dispatcher", payload: Job, retryInterval: "100 millis" }))
+      yield* b.run(Cluster.spawn("worker", "the-worker"))
+      const send = (from: number, count: number) =>
+        a.run(Effect.forkScoped(producer.sendAll(range(count).map((i) => ({ payload: { n: from + i }, messageId: `job-${from + i}` })))))
+      yield* send(0, 500)
+      yield* waitUntil("the first jobs at b", () => done.length >= 500, "10 seconds")
+      yield* b.crash
+      yield* send(500, 1500)
+      yield* waitUntil("every job", () => new Set(done.map((d) => d.id)).size === 2000, "15 seconds")
+      expect(done.some((d) => d.worker === "c")).toBe(true)
+      yield* eventually("the old binding ended, the new one bound", Effect.map(a.run(WorkPulling.stats("dispatcher")), (s) => s.workers === 1 && s.workersGone + s.workersReplaced >= 1))
+    }).pipe(Effect.scoped))
+
   it.live("a node that leaves gracefully hands its relocatable endpoints over at once", () =>
     Effect.gen(function*() {
       const w: World = yield* world

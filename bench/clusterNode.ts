@@ -23,7 +23,8 @@ import { Transport } from "../src/Transport/Transport.js"
 import * as WorkPulling from "../src/WorkPulling.js"
 import { BenchJob } from "./clusterJob.js"
 
-const prefix = process.env.PG_PREFIX ?? "bench_"
+const prefix = process.env.PG_PREFIX
+if (prefix === undefined) throw new Error("clusterNode: PG_PREFIX is required (the benchmark's fresh table prefix)")
 const jobs = Number(process.env.JOBS ?? 0)
 const window = Number(process.env.WINDOW ?? 250)
 /** The workers' tick: how soon they look for a producer that moved (default 2s). */

@@ -329,23 +329,26 @@ const storeFast = <E>(
   if (Either.isLeft(draft) || draft.right.appended.length === 0) return Effect.succeedNone
   const rows = rowsOf(draft.right.appended)
   const count = draft.right.currentSeq
-  return sql<{ readonly seq: number | string }>`WITH q AS (
+  // The rows take seqs base + 1..count in order (the draft planned them from 0).
+  return sql<{ readonly base: number | string | null; readonly inserted: number | string }>`WITH q AS (
       UPDATE ${queues} SET current_seq = current_seq + ${count}
       WHERE name = ${name} AND epoch = ${epoch}
       RETURNING current_seq - ${count} AS base
+    ), inserted AS (
+      INSERT INTO ${entries} (queue, seq, business_id, part, part_count, payload, accepted)
+      SELECT ${name}, q.base + r.seq, r.business_id, r.part, r.part_count, r.payload, r.accepted
+      FROM q, unnest(
+        ${rows.map((row) => row.businessId)}::text[], ${rows.map((row) => row.part)}::int[],
+        ${rows.map((row) => row.partCount)}::int[], ${rows.map((row) => toParam(row.payload))}::bytea[],
+        ${rows.map((row) => row.accepted)}::smallint[]
+      ) WITH ORDINALITY AS r(business_id, part, part_count, payload, accepted, seq)
+      RETURNING 1
     )
-    INSERT INTO ${entries} (queue, seq, business_id, part, part_count, payload, accepted)
-    SELECT ${name}, q.base + r.seq, r.business_id, r.part, r.part_count, r.payload, r.accepted
-    FROM q, unnest(
-      ${rows.map((row) => row.seq)}::bigint[], ${rows.map((row) => row.businessId)}::text[],
-      ${rows.map((row) => row.part)}::int[], ${rows.map((row) => row.partCount)}::int[],
-      ${rows.map((row) => toParam(row.payload))}::bytea[], ${rows.map((row) => row.accepted)}::smallint[]
-    ) AS r(seq, business_id, part, part_count, payload, accepted)
-    RETURNING seq`.pipe(
-    Effect.map((inserted) => {
-      if (inserted.length !== rows.length) return Option.none()
-      const base = inserted.reduce((min, row) => Math.min(min, toNumber(row.seq)), Infinity) - 1
-      return Option.map(Option.getRight(plan(base, () => undefined)), (planned) => planned.results)
+    SELECT (SELECT base FROM q) AS base, (SELECT count(*) FROM inserted) AS inserted`.pipe(
+    Effect.map((result) => {
+      const row = result[0]
+      if (row === undefined || row.base === null || toNumber(row.inserted) !== rows.length) return Option.none()
+      return Option.map(Option.getRight(plan(toNumber(row.base), () => undefined)), (planned) => planned.results)
     }),
     Effect.catchIf(isFastPathMiss, () => Effect.succeedNone)
   )

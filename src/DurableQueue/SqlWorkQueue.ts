@@ -3,14 +3,20 @@
  * (`@effect/sql-sqlite-node`). One code path decides every request with the same rules as the
  * in-memory work queue; only the statements differ per dialect.
  *
- * Storage: `<prefix>work_queues` holds one row per queue (epoch, highest seq);
- * `<prefix>work_entries` one row per job with its state (stored, accepted, confirmed), keyed by
- * queue name. The tables are created by migrations when the layer is built.
+ * Storage: `<prefix>work_queues` holds one row per queue (epoch, highest seq, and `settled_seq`:
+ * every job at or below it is confirmed); `<prefix>work_entries` one row per job with its state
+ * (stored, accepted, confirmed), keyed by queue name. No index depends on the state, so a
+ * confirmation updates its row in place (a PostgreSQL HOT update); a load reads the jobs above
+ * `settled_seq` and moves it up to just below the oldest job not confirmed. The tables are
+ * created by migrations when the layer is built.
  *
  * Concurrency: every write locks its queue's row first and checks the epoch in that transaction,
  * as the SQL producer queue does; on PostgreSQL the everyday writes (storing new jobs, accepting
  * and confirming stored ones) run as single epoch-guarded statements and fall back to the locked
- * transaction for anything they cannot settle.
+ * transaction for anything they cannot settle. Accepts and confirmations take the weakest row
+ * lock (`FOR KEY SHARE`), so they run beside a store (which updates the row's cursor); a load
+ * takes `FOR UPDATE` first, which waits for every write in flight and holds off the rest until
+ * the new epoch is committed.
  *
  * Compaction: confirming a job drops its payload; the row stays as a tombstone, so a repeated
  * `confirmMessage` does nothing and a resubmission answers `alreadyStored` with `confirmed: true`
@@ -198,22 +204,32 @@ const locked = <A, E>(queue: Queue, epoch: QueueEpoch, body: (head: Head) => Eff
 
 // ---- load ------------------------------------------------------------------------------------
 
-/** Takes the next epoch and reads the accepted, unconfirmed jobs. */
+/**
+ * Takes the next epoch and reads the accepted, unconfirmed jobs: those above `settled_seq` (the
+ * rows below it are all confirmed). `settled_seq` then moves up to just below the oldest job not
+ * confirmed, stored-only jobs included (an accept may still come for them), so the next load
+ * reads only what came after. The new epoch's lock keeps every writer out meanwhile.
+ */
 const load = ({ entries, name, queues, sql }: Queue): Effect.Effect<WorkLoadResult, QueueBackendError> =>
   transaction(
     sql,
     Effect.gen(function*() {
-      const head = decodeHead(
-        yield* sql<HeadRow>`INSERT INTO ${queues} (name, epoch, current_seq) VALUES (${name}, 1, 0)
+      yield* sql.onDialectOrElse({
+        pg: () => sql`SELECT 1 FROM ${queues} WHERE name = ${name} FOR UPDATE`,
+        orElse: () => Effect.void
+      })
+      const head = yield* sql<HeadRow & { readonly settled_seq: number | string }>`INSERT INTO ${queues}
+          (name, epoch, current_seq) VALUES (${name}, 1, 0)
           ON CONFLICT (name) DO UPDATE SET epoch = ${queues}.epoch + 1
-          RETURNING epoch, current_seq`
-      )
+          RETURNING epoch, current_seq, settled_seq`
+      const { currentSeq, epoch } = decodeHead(head)
+      const settled = toNumber(head[0].settled_seq)
       const rows = yield* sql<JobRow>`SELECT seq, message_id, payload, state FROM ${entries}
-        WHERE queue = ${name} AND state = ${Accepted} ORDER BY seq`
-      return {
-        epoch: head.epoch,
-        state: { currentSeq: head.currentSeq, pending: rows.map((row) => decodeJob(row).entry) }
-      }
+        WHERE queue = ${name} AND seq > ${settled} AND state <> ${Confirmed} ORDER BY seq`
+      const settledNow = rows.length === 0 ? currentSeq : toNumber(rows[0].seq) - 1
+      if (settledNow > settled) yield* sql`UPDATE ${queues} SET settled_seq = ${settledNow} WHERE name = ${name}`
+      const pending = rows.filter((row) => toNumber(row.state) === Accepted).map((row) => decodeJob(row).entry)
+      return { epoch, state: { currentSeq, pending } }
     })
   ).pipe(Effect.mapError((cause) => new QueueBackendError({ operation: "load", cause })))
 
@@ -250,22 +266,25 @@ const storeFast = (
   if (draft.appended.length === 0) return Effect.succeedNone
   const jobs = draft.appended
   const count = draft.currentSeq
-  return sql<{ readonly seq: number | string }>`WITH q AS (
+  // The jobs take seqs base + 1..count in order (the draft planned them from 0).
+  return sql<{ readonly base: number | string | null; readonly inserted: number | string }>`WITH q AS (
       UPDATE ${queues} SET current_seq = current_seq + ${count}
       WHERE name = ${name} AND epoch = ${epoch}
       RETURNING current_seq - ${count} AS base
+    ), inserted AS (
+      INSERT INTO ${entries} (queue, seq, message_id, payload, state)
+      SELECT ${name}, q.base + r.seq, r.message_id, r.payload, r.state
+      FROM q, unnest(
+        ${jobs.map((job) => job.entry.messageId)}::text[], ${jobs.map((job) => toParam(job.entry.payload))}::bytea[],
+        ${jobs.map((job) => stateCode(job.state))}::smallint[]
+      ) WITH ORDINALITY AS r(message_id, payload, state, seq)
+      RETURNING 1
     )
-    INSERT INTO ${entries} (queue, seq, message_id, payload, state)
-    SELECT ${name}, q.base + r.seq, r.message_id, r.payload, r.state
-    FROM q, unnest(
-      ${jobs.map((job) => job.entry.seq)}::bigint[], ${jobs.map((job) => job.entry.messageId)}::text[],
-      ${jobs.map((job) => toParam(job.entry.payload))}::bytea[], ${jobs.map((job) => stateCode(job.state))}::smallint[]
-    ) AS r(seq, message_id, payload, state)
-    RETURNING seq`.pipe(
-    Effect.map((inserted) => {
-      if (inserted.length !== jobs.length) return Option.none()
-      const base = inserted.reduce((min, row) => Math.min(min, toNumber(row.seq)), Infinity) - 1
-      return Option.some(planner(base, () => undefined, requests).results)
+    SELECT (SELECT base FROM q) AS base, (SELECT count(*) FROM inserted) AS inserted`.pipe(
+    Effect.map((rows) => {
+      const row = rows[0]
+      if (row === undefined || row.base === null || toNumber(row.inserted) !== jobs.length) return Option.none()
+      return Option.some(planner(toNumber(row.base), () => undefined, requests).results)
     }),
     Effect.catchIf(isFastPathMiss, () => Effect.succeedNone)
   )
@@ -311,12 +330,12 @@ const advanceLocked = (queue: Queue, epoch: QueueEpoch, ids: ReadonlyArray<strin
 
 /**
  * PostgreSQL, one statement: advance one job from the state before `to` when the epoch holds; the
- * shared lock on the queue row orders it against `load`. No row updated (unknown id, repeated,
+ * key-share lock on the queue row orders it against `load` (which locks it for update). No row updated (unknown id, repeated,
  * never accepted, stale epoch) sends the request to the locked path.
  */
 const advanceOneFast = ({ entries, name, queues, sql }: Queue, epoch: QueueEpoch, id: string, to: Step) =>
   sql`UPDATE ${entries} AS e SET ${stepSet(sql, to)}
-    FROM (SELECT epoch FROM ${queues} WHERE name = ${name} FOR SHARE) AS q
+    FROM (SELECT epoch FROM ${queues} WHERE name = ${name} FOR KEY SHARE) AS q
     WHERE e.queue = ${name} AND e.message_id = ${id} AND e.state = ${to - 1} AND q.epoch = ${epoch}
     RETURNING e.seq`.pipe(Effect.map((rows) => rows.length > 0))
 
@@ -332,7 +351,7 @@ const advanceManyFast = (
   to: Step
 ) =>
   sql<{ readonly epoch: number | string | null; readonly found: number | string }>`WITH q AS (
-      SELECT epoch FROM ${queues} WHERE name = ${name} FOR SHARE
+      SELECT epoch FROM ${queues} WHERE name = ${name} FOR KEY SHARE
     ), found AS (
       SELECT e.seq, e.state FROM unnest(${ids}::text[]) AS i(id)
       CROSS JOIN LATERAL (

@@ -391,6 +391,27 @@ const acceptConfirmTests = ({ fresh }: Suite) =>
         })
       }))
 
+    it.scoped("a job stored before others and accepted after they were confirmed and loaded is loaded", () =>
+      Effect.gen(function*() {
+        const queue = yield* fresh
+        const { epoch } = yield* queue.load
+        yield* queue.store(epoch, { messageId: "early", payload: bytes("e") })
+        const later = ["l1", "l2", "l3"]
+        yield* queue.storeBatch(epoch, later.map((id) => ({ messageId: id, payload: bytes(id) })))
+        yield* queue.acceptBatch(epoch, later)
+        yield* queue.confirmBatch(epoch, later)
+        const loaded = yield* queue.load
+        expect(viewState(loaded.state)).toEqual({ currentSeq: 4, pending: [] })
+        yield* queue.accept(loaded.epoch, "early")
+        const { epoch: next, state } = yield* queue.load
+        expect(viewState(state)).toEqual({ currentSeq: 4, pending: [job(1, "early", "e")] })
+        yield* queue.confirmMessage(next, "early")
+        yield* queue.store(next, { messageId: "after", payload: bytes("a") })
+        yield* queue.accept(next, "after")
+        expect(viewState((yield* queue.load).state)).toEqual({ currentSeq: 5, pending: [job(5, "after", "a")] })
+        expect(viewState((yield* queue.load).state)).toEqual({ currentSeq: 5, pending: [job(5, "after", "a")] })
+      }))
+
     it.scoped("a confirmed job still answers a resubmission: alreadyStored and confirmed", () =>
       Effect.gen(function*() {
         const queue = yield* fresh

@@ -54,7 +54,8 @@ const bytesType = (sql: SqlClient) => sql.literal(sql.onDialectOrElse({ pg: () =
 
 /**
  * PostgreSQL: leave room in each page so that accepting, confirming and compacting a recent entry
- * can update it in place (a HOT update) instead of writing new index entries.
+ * can update it in place (a HOT update) instead of writing new index entries (lowered to 50 by
+ * migration 3).
  */
 const entryTableOptions = (sql: SqlClient) =>
   sql.literal(sql.onDialectOrElse({ pg: () => "WITH (fillfactor = 70)", orElse: () => "" }))
@@ -110,6 +111,28 @@ const migrations: ReadonlyArray<Migration> = [
           ON ${sql(t.workEntries)} (queue, message_id)`,
         sql`CREATE INDEX IF NOT EXISTS ${sql(`${t.workEntries}_pending`)}
           ON ${sql(t.workEntries)} (queue, seq) WHERE state = 1`
+      ], { discard: true })
+  },
+  {
+    version: 3,
+    name: "in_place_updates",
+    // Confirming (and compacting) updates every row once. The partial index on pending jobs made
+    // each of those updates rewrite the job's index entries (PostgreSQL updates a row in place
+    // only when no column an index depends on changes), and planners preferred it for by-seq
+    // updates, scanning every pending job per batch; a load instead reads from `settled_seq`,
+    // below which every job is confirmed. Half-empty pages leave room for the new version of
+    // every row of a page, so a batch confirming a whole page still updates in place.
+    run: (sql, t) =>
+      Effect.all([
+        sql`DROP INDEX IF EXISTS ${sql(`${t.workEntries}_pending`)}`,
+        sql`ALTER TABLE ${sql(t.workQueues)} ADD COLUMN settled_seq BIGINT NOT NULL DEFAULT 0`,
+        ...sql.onDialectOrElse({
+          pg: () => [
+            sql`ALTER TABLE ${sql(t.workEntries)} SET (fillfactor = 50)`,
+            sql`ALTER TABLE ${sql(t.producerEntries)} SET (fillfactor = 50)`
+          ],
+          orElse: () => []
+        })
       ], { discard: true })
   }
 ]

@@ -6,6 +6,7 @@ import type { Row } from "./Row.js"
 import * as Baseline from "./baseline.js"
 import * as Chunked from "./chunked.js"
 import * as ClusterBench from "./cluster.js"
+import * as Competitors from "./competitors.js"
 import * as Durable from "./durable.js"
 import * as PointToPoint from "./pointToPoint.js"
 import * as Remote from "./remote.js"
@@ -25,6 +26,14 @@ export const cases: Record<string, Case> = {
   "durable-sqlite-sendAll-100k": () => run(Durable.sqliteSendAll(100_000)),
   "durable-pg-send-20k": () => run(Durable.postgresSend(20_000)),
   "durable-pg-sendAll-100k": () => run(Durable.postgresSendAll(100_000)),
+  "wp-1w-1m": () => run(WorkPullingBench.inProcess(1_000_000, 1)),
+  "wp-2w-1m": () => run(WorkPullingBench.inProcess(1_000_000, 2)),
+  "wp-4w-1m": () => run(WorkPullingBench.inProcess(1_000_000, 4)),
+  "wp-8w-1m": () => run(WorkPullingBench.inProcess(1_000_000, 8)),
+  // the PostgreSQL work queue, and the same no-op workload on pg-boss and graphile-worker
+  "wp-pg-100k": () => run(WorkPullingBench.durablePg(100_000)),
+  "wp-pgboss-100k": () => run(Competitors.pgBoss(100_000)),
+  "wp-graphile-100k": () => run(Competitors.graphileWorker(100_000)),
   "remote-tcp-1m-w50": () => run(Remote.remote(1_000_000, 50)),
   "remote-tcp-1m-w1000": () => run(Remote.remote(1_000_000, 1000)),
   "chunked-8mib-x200": () => run(Chunked.chunkedFlow({ messages: 200, messageBytes: 8 * 1024 * 1024, chunkSize: 256 * 1024, window: 50 })),

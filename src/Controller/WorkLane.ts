@@ -1,8 +1,10 @@
 /**
- * The durable lane of a work-pulling controller: one operation at a time on the work queue,
- * handshake operations (load, store, accept) before confirmations. Workers confirm out of order,
- * so confirmations are per job; those that pile up while another operation runs go out together
- * in one `confirmBatch`. Retries, terminal errors and restarts as in `internal/LaneRunner`.
+ * The durable lane of a work-pulling controller: handshake operations (load, store, accept) one at
+ * a time, in order, and confirmations beside them. Workers confirm out of order, so
+ * confirmations are per job; those that pile up while one runs go out together in one
+ * `confirmBatch`. Nothing waits on a confirmation, and a job is confirmed only after its accept
+ * completed, so a confirmation need not wait for the store of newer jobs (the SQL work queue
+ * lets the two overlap). Retries, terminal errors and restarts as in `internal/LaneRunner`.
  *
  * A store the producer acknowledged with its produce (`accept`) runs as the queue's
  * `storeAccepted`, one transaction, when the queue has it; otherwise as a store and then an
@@ -104,6 +106,7 @@ export const make = (options: WorkLaneOptions): WorkLane => {
     runFork: options.runFork,
     failed: options.failed,
     run,
+    concurrentDeferred: true,
     takeDeferred: () => {
       if (confirmations.length === 0) return undefined
       const messageIds = confirmations.length <= maxBatch ? confirmations : confirmations.slice(0, maxBatch)

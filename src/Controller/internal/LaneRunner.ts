@@ -41,6 +41,12 @@ export interface RunnerOptions<Op> {
   readonly hasDeferred?: () => boolean
   /** The controller's clock, for `deferredMaxWaitMs`. */
   readonly now?: () => number
+  /**
+   * Deferred work runs beside the handshake operations (still one deferred operation at a time)
+   * instead of waiting for the lane to be free; default false. For work no handshake operation
+   * waits on, such as work-queue confirmations, on a queue whose writes may overlap.
+   */
+  readonly concurrentDeferred?: boolean
 }
 
 export interface Runner<Op> {
@@ -61,6 +67,7 @@ export const retrying = <A>(retry: QueueRetryPolicy, effect: Effect.Effect<A, Du
 export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
   const ops: Array<Op> = []
   let busy = false
+  let deferredBusy = false
   let dead = false
 
   const guard: Guard = (stage, effect, onDone) =>
@@ -79,6 +86,11 @@ export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
   let deferredSince: number | undefined
   let idleTimer: Fiber.RuntimeFiber<void> | undefined
 
+  // An operation starts on a later turn: `next` runs inside a machine fold, and a queue that
+  // answers synchronously (the memory queues) must not fold its completion into that same fold.
+  const start = (op: Op, ended: () => void): void =>
+    void options.runFork(Effect.ensuring(Effect.zipRight(Effect.yieldNow(), options.run(op, guard)), Effect.sync(ended)))
+
   const run = (op: Op): void => {
     if (idleTimer !== undefined) {
       const timer = idleTimer
@@ -86,15 +98,20 @@ export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
       options.runFork(Fiber.interrupt(timer))
     }
     busy = true
-    // The operation starts on a later turn: `next` runs inside a machine fold, and a queue that
-    // answers synchronously (the memory queues) must not fold its completion into that same fold.
-    options.runFork(Effect.ensuring(
-      Effect.zipRight(Effect.yieldNow(), options.run(op, guard)),
-      Effect.sync(() => {
-        busy = false
-        next()
-      })
-    ))
+    start(op, () => {
+      busy = false
+      next()
+    })
+  }
+
+  const runBeside = (): void => {
+    const op = options.takeDeferred()
+    if (op === undefined) return
+    deferredBusy = true
+    start(op, () => {
+      deferredBusy = false
+      next()
+    })
   }
 
   const runDeferred = (): void => {
@@ -104,7 +121,13 @@ export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
   }
 
   const next = (): void => {
-    if (busy || dead) return
+    if (dead) return
+    if (options.concurrentDeferred === true) {
+      if (!busy && ops.length > 0) run(ops.shift()!)
+      if (!deferredBusy) runBeside()
+      return
+    }
+    if (busy) return
     if (ops.length > 0) return run(ops.shift()!)
     if (idleMs <= 0) return runDeferred()
     if (options.hasDeferred?.() !== true) return

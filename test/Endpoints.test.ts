@@ -132,8 +132,11 @@ describe("endpoints", () => {
         expect(events[0]).toMatchObject({ endpointName: "c", role: "Consumer", stage: "Protocol" })
         strict = false
         yield* ReliableSystem.respawn("c")
-        yield* advanceUntil(() => seen.length === 2, 100, 20_000)
-        expect(seen).toEqual([{ id: 1 }, { id: 500 }])
+        // At least once: id 1 may come again if its confirmation had not reached the producer.
+        yield* advanceUntil(() => seen.some((order) => order.id === 500), 100, 20_000)
+        expect(seen[0]).toEqual({ id: 1 })
+        expect(seen.slice(-1)[0]).toEqual({ id: 500 })
+        expect(new Set(seen.map((order) => order.id))).toEqual(new Set([1, 500]))
       }).pipe(Effect.provide(system())))
 
     it.scoped("respawn of an unknown endpoint is a typed error", () =>

@@ -170,8 +170,11 @@ describe("remoting-only flows (two nodes over TCP)", () => {
       expect(yield* Queue.size(producerFailures)).toBe(0)
       strict = false
       yield* b.system.respawn("orders-in")
-      yield* waitUntil("redelivery after respawn", () => seen.length === 2)
-      expect(seen).toEqual([1, 500])
+      // At least once: id 1 may come again if its confirmation had not reached the producer.
+      yield* waitUntil("redelivery after respawn", () => seen.includes(500))
+      expect(seen[0]).toBe(1)
+      expect(seen.slice(-1)[0]).toBe(500)
+      expect(new Set(seen)).toEqual(new Set([1, 500]))
       expect(Chunk.size(yield* Queue.takeAll(failures))).toBe(0)
     }))
 

@@ -4,7 +4,7 @@
  * Confirming folds in the caller's fiber, so with `run` the handler, its confirmation and the
  * next delivery all happen without a fiber hop.
  */
-import { Duration, Effect, Either, FiberSet, Queue, Schedule } from "effect"
+import { Duration, Effect, Either, FiberSet, Schedule } from "effect"
 import type { Scope } from "effect"
 import type { EndpointRecord } from "../internal/EndpointRegistry.js"
 import type { StopOutcome } from "../internal/StopOutcome.js"
@@ -98,7 +98,6 @@ export const make = <A>(
   Effect.gen(function*() {
     const incarnation = system.newId()
     const address: ControllerAddress = { node: system.transport.node, endpoint: settings.endpoint, incarnation }
-    const inbox = yield* system.transport.open(address)
     const clock = yield* Effect.clock
     const runFork = yield* FiberSet.makeRuntime<never>()
     const now = () => clock.unsafeCurrentTimeMillis()
@@ -168,14 +167,15 @@ export const make = <A>(
     state = started.state
     perform(started.actions)
 
-    yield* Effect.forkScoped(Effect.forever(Effect.flatMap(Queue.takeBetween(inbox, 1, 4096), (batch) =>
-      Effect.sync(() => {
-        for (const envelope of batch) {
-          if (isProducerMessage(envelope.message)) {
-            dispatch({ _tag: "Wire", from: envelope.from, message: envelope.message as never, now: now() })
-          } else counters.dropped++
-        }
-      }))))
+    // Wire input folds where the transport delivers it (a microtask), with no inbox fiber.
+    yield* system.transport.attach(address, (batch) => {
+      const time = now()
+      for (const envelope of batch) {
+        if (isProducerMessage(envelope.message)) {
+          dispatch({ _tag: "Wire", from: envelope.from, message: envelope.message as never, now: time })
+        } else counters.dropped++
+      }
+    })
     yield* Effect.forkScoped(Effect.schedule(
       Effect.sync(() => dispatch({ _tag: "Tick", now: now(), handlerBusy: hooks.handlerBusy() })),
       Schedule.spaced(settings.resendInterval)

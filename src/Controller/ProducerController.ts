@@ -5,7 +5,7 @@
  * (`internal/ProducerCalls`, shared with work-pulling): a fold is synchronous, so the JS thread
  * already serializes them with the inbox fiber's folds.
  */
-import { Duration, Effect, FiberSet, Queue } from "effect"
+import { Duration, Effect, FiberSet } from "effect"
 import type { Either, Scope } from "effect"
 import type { EndpointRecord } from "../internal/EndpointRegistry.js"
 import { sameAddress } from "../Protocol/Address.js"
@@ -112,7 +112,6 @@ export const make = <A>(
   Effect.gen(function*() {
     const incarnation = system.newId()
     const address: ControllerAddress = { node: system.transport.node, endpoint: settings.endpoint, incarnation }
-    const inbox = yield* system.transport.open(address)
     const clock = yield* Effect.clock
     const runFork = yield* FiberSet.makeRuntime<never>()
     const config: Machine.ProducerConfig = {
@@ -250,14 +249,15 @@ export const make = <A>(
     state = started.state
     perform(started.actions)
 
-    yield* Effect.forkScoped(Effect.forever(Effect.flatMap(Queue.takeBetween(inbox, 1, 4096), (batch) =>
-      Effect.sync(() => {
-        for (const envelope of batch) {
-          if (isConsumerMessage(envelope.message)) {
-            dispatch({ _tag: "Wire", from: envelope.from, message: envelope.message as never, now: now() })
-          } else counters.dropped++
-        }
-      }))))
+    // Wire input folds where the transport delivers it (a microtask), with no inbox fiber.
+    yield* system.transport.attach(address, (batch) => {
+      const time = now()
+      for (const envelope of batch) {
+        if (isConsumerMessage(envelope.message)) {
+          dispatch({ _tag: "Wire", from: envelope.from, message: envelope.message as never, now: time })
+        } else counters.dropped++
+      }
+    })
     // The retry timer sleeps until the handshake's deadline, so a re-offer happens exactly one
     // interval after the offer; with nothing outstanding it waits for the next offer instead.
     yield* timer.run({ tick: () => void dispatch({ _tag: "Tick", now: now() }), deadline: () => Machine.nextDeadline(state), now })

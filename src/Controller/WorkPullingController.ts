@@ -4,7 +4,7 @@
  * and (when durable) the work-queue lane. Endpoint calls fold in the caller's fiber
  * (`internal/ProducerCalls`), exactly as for a point-to-point producer.
  */
-import { Duration, Effect, FiberSet, Queue } from "effect"
+import { Duration, Effect, FiberSet } from "effect"
 import type { Scope } from "effect"
 import type { EndpointRecord } from "../internal/EndpointRegistry.js"
 import type { StopOutcome } from "../internal/StopOutcome.js"
@@ -87,7 +87,6 @@ export const make = <A>(
   Effect.gen(function*() {
     const incarnation = system.newId()
     const address: ControllerAddress = { node: system.transport.node, endpoint: settings.endpoint, incarnation }
-    const inbox = yield* system.transport.open(address)
     const clock = yield* Effect.clock
     const runFork = yield* FiberSet.makeRuntime<never>()
     const retryIntervalMs = Duration.toMillis(settings.retryInterval)
@@ -237,14 +236,15 @@ export const make = <A>(
     state = started.state
     perform(started.actions)
 
-    yield* Effect.forkScoped(Effect.forever(Effect.flatMap(Queue.takeBetween(inbox, 1, 4096), (batch) =>
-      Effect.sync(() => {
-        for (const envelope of batch) {
-          if (isWorkerMessage(envelope.message)) {
-            dispatch({ _tag: "Wire", from: envelope.from, message: envelope.message as never, now: now() })
-          } else counters.dropped++
-        }
-      }))))
+    // Wire input folds where the transport delivers it (a microtask), with no inbox fiber.
+    yield* system.transport.attach(address, (batch) => {
+      const time = now()
+      for (const envelope of batch) {
+        if (isWorkerMessage(envelope.message)) {
+          dispatch({ _tag: "Wire", from: envelope.from, message: envelope.message as never, now: time })
+        } else counters.dropped++
+      }
+    })
     yield* timer.run({ tick: () => void dispatch({ _tag: "Tick", now: now() }), deadline: () => Machine.nextDeadline(state), now })
 
     const workStats = (): WorkPullingStats => ({

@@ -138,6 +138,7 @@ export const make = (
         }
         if (out.length > 0) underlying.post(out)
       },
+      attach: underlying.attach,
       open: underlying.open,
       stats: underlying.stats
     }

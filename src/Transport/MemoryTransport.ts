@@ -2,27 +2,23 @@
  * The in-process transport: a hub of inboxes keyed by node and controller. Several logical nodes
  * can share one hub, so multi-node behaviour is testable in one process.
  */
-import { Context, Effect, Layer, Queue } from "effect"
+import { Context, Effect, Layer } from "effect"
 import { inboxKey } from "../Protocol/Address.js"
 import type { ControllerAddress } from "../Protocol/Address.js"
-import type { Envelope } from "../Protocol/WireMessage.js"
+import { LocalInboxes } from "./internal/LocalInboxes.js"
 import { Transport } from "./Transport.js"
 import type { TransportService } from "./Transport.js"
 
-/**
- * Inbox capacity. The protocol bounds what is in flight by the windows; this cap only keeps a
- * misbehaving sender from growing memory without limit (overflow drops, which the protocol heals).
- */
-export const InboxCapacity = 1 << 17
+export { InboxCapacity } from "./internal/LocalInboxes.js"
 
 /** The shared routing table of an in-process hub. */
 export interface MemoryHubService {
-  readonly inboxes: Map<string, Queue.Queue<Envelope>>
+  readonly inboxes: LocalInboxes
 }
 
 export class MemoryHub extends Context.Tag("effect-reliable/MemoryHub")<MemoryHub, MemoryHubService>() {}
 
-export const makeHub = (): MemoryHubService => ({ inboxes: new Map() })
+export const makeHub = (): MemoryHubService => ({ inboxes: new LocalInboxes() })
 
 const routeKey = (node: string, address: ControllerAddress) => `${node}|${inboxKey(address)}`
 
@@ -36,22 +32,12 @@ export const makeNode = (hub: MemoryHubService, node: string): TransportService 
     maxFrameSize: undefined,
     post: (envelopes) => {
       for (const envelope of envelopes) {
-        const inbox = hub.inboxes.get(routeKey(envelope.to.node, envelope.to))
-        if (inbox !== undefined && inbox.unsafeOffer(envelope)) delivered++
+        if (hub.inboxes.deliver(routeKey(envelope.to.node, envelope.to), envelope)) delivered++
         else undeliverable++
       }
     },
-    open: (address) => {
-      const key = routeKey(node, address)
-      return Effect.acquireRelease(
-        Effect.tap(Queue.dropping<Envelope>(InboxCapacity), (queue) => Effect.sync(() => hub.inboxes.set(key, queue))),
-        (queue) =>
-          Effect.suspend(() => {
-            if (hub.inboxes.get(key) === queue) hub.inboxes.delete(key)
-            return Queue.shutdown(queue)
-          })
-      )
-    },
+    attach: (address, receive) => hub.inboxes.attach(routeKey(node, address), receive),
+    open: (address) => hub.inboxes.open(routeKey(node, address)),
     stats: () => ({ delivered, undeliverable, malformed: 0 })
   }
 }

@@ -21,7 +21,7 @@
 import * as NodeSocket from "@effect/platform-node/NodeSocket"
 import * as NodeSocketServer from "@effect/platform-node/NodeSocketServer"
 import * as Socket from "@effect/platform/Socket"
-import { Data, Deferred, Duration, Effect, Either, Fiber, FiberSet, Layer, Option, Queue, Schedule } from "effect"
+import { Data, Deferred, Duration, Effect, Either, Fiber, FiberSet, Layer, Option, Schedule } from "effect"
 import type { Scope } from "effect"
 import * as Net from "node:net"
 import { inboxKey } from "../Protocol/Address.js"
@@ -41,7 +41,7 @@ import {
 import type { EncodedFrame } from "./internal/FrameCodec.js"
 import { BulkSenders } from "./internal/BulkSenders.js"
 import { FairQueue } from "./internal/FairQueue.js"
-import { InboxCapacity } from "./MemoryTransport.js"
+import { LocalInboxes } from "./internal/LocalInboxes.js"
 import { Transport } from "./Transport.js"
 import type { TransportService, TransportStats } from "./Transport.js"
 
@@ -414,7 +414,7 @@ export const make = (
     const port = server.address._tag === "TcpAddress" ? server.address.port : options.port
     const node = `${options.advertisedHost ?? options.host}:${port}`
     const counters = makeCounters()
-    const inboxes = new Map<string, Queue.Queue<Envelope>>()
+    const inboxes = new LocalInboxes()
     // Outgoing connections by peer node: for ordinary senders, and for senders of large frames.
     const peers = new Map<string, Peer>()
     const bulkPeers = new Map<string, Peer>()
@@ -423,8 +423,7 @@ export const make = (
     // Whatever arrives at this node's port is for this node: routing is by inbox key alone, so an
     // alias of this node's name (advertised vs bound host) still reaches the controller.
     const deliverLocal = (envelope: Envelope) => {
-      const inbox = inboxes.get(inboxKey(envelope.to))
-      if (inbox !== undefined && inbox.unsafeOffer(envelope)) counters.delivered++
+      if (inboxes.deliver(inboxKey(envelope.to), envelope)) counters.delivered++
       else counters.undeliverable++
     }
 
@@ -482,17 +481,8 @@ export const make = (
           else enqueue(peer, sender, frame, config, counters)
         }
       },
-      open: (address) => {
-        const key = inboxKey(address)
-        return Effect.acquireRelease(
-          Effect.tap(Queue.dropping<Envelope>(InboxCapacity), (queue) => Effect.sync(() => inboxes.set(key, queue))),
-          (queue) =>
-            Effect.suspend(() => {
-              if (inboxes.get(key) === queue) inboxes.delete(key)
-              return Queue.shutdown(queue)
-            })
-        )
-      },
+      attach: (address, receive) => inboxes.attach(inboxKey(address), receive),
+      open: (address) => inboxes.open(inboxKey(address)),
       stats: () => ({ ...counters })
     }
     return transport

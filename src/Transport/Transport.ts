@@ -33,7 +33,16 @@ export interface TransportService {
    * be delivered is dropped and counted. Controllers call this from inside a state fold.
    */
   readonly post: (envelopes: ReadonlyArray<Envelope>) => void
-  /** Opens the inbox of one local controller address for the life of the scope. */
+  /**
+   * Hands every envelope for one local controller address to `receive`, for the life of the
+   * scope. Envelopes posted together arrive together, on a later microtask, never inside the
+   * sender's call.
+   */
+  readonly attach: (
+    address: ControllerAddress,
+    receive: (envelopes: ReadonlyArray<Envelope>) => void
+  ) => Effect.Effect<void, never, Scope.Scope>
+  /** Opens the inbox of one local controller address as a queue, for the life of the scope. */
   readonly open: (address: ControllerAddress) => Effect.Effect<Queue.Dequeue<Envelope>, never, Scope.Scope>
   /** A snapshot of the counters. */
   readonly stats: () => TransportStats

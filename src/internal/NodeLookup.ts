@@ -5,7 +5,7 @@
  * cached copy. A request that gets no answer within the lookup timeout counts as "unknown";
  * callers retry on their own timers, so an unreachable peer is only a delay.
  */
-import { Deferred, Effect, FiberId, Queue } from "effect"
+import { Deferred, Effect, FiberId } from "effect"
 import type { Duration, Scope } from "effect"
 import type { ControllerAddress } from "../Protocol/Address.js"
 import type { Envelope, LookupRecord, SystemMessage } from "../Protocol/WireMessage.js"
@@ -69,7 +69,6 @@ export const make = (options: {
     const self = systemAddress(transport.node)
     const pending = new Map<string, Deferred.Deferred<LookupRecord | undefined>>()
     const counters = { asked: 0, answered: 0, unanswered: 0, served: 0 }
-    const inbox = yield* transport.open(self)
 
     const answer = (from: ControllerAddress, requestId: string, name: string): Envelope => {
       const record = registry.get(name)?.record
@@ -82,26 +81,25 @@ export const make = (options: {
       }
     }
 
-    const serve = (batch: Iterable<Envelope>) =>
-      Effect.sync(() => {
-        const replies: Array<Envelope> = []
-        for (const envelope of batch) {
-          const message = envelope.message
-          if (!isSystemMessage(message)) continue
-          if (message._tag === "Lookup") {
-            counters.served++
-            replies.push(answer(envelope.from, message.requestId, message.name))
-          } else {
-            // An answer nobody waits for any more (timed out, or meant for an earlier process) is dropped.
-            const waiting = pending.get(message.requestId)
-            if (waiting === undefined) continue
-            pending.delete(message.requestId)
-            Deferred.unsafeDone(waiting, Effect.succeed(message.record))
-          }
+    const serve = (batch: Iterable<Envelope>): void => {
+      const replies: Array<Envelope> = []
+      for (const envelope of batch) {
+        const message = envelope.message
+        if (!isSystemMessage(message)) continue
+        if (message._tag === "Lookup") {
+          counters.served++
+          replies.push(answer(envelope.from, message.requestId, message.name))
+        } else {
+          // An answer nobody waits for any more (timed out, or meant for an earlier process) is dropped.
+          const waiting = pending.get(message.requestId)
+          if (waiting === undefined) continue
+          pending.delete(message.requestId)
+          Deferred.unsafeDone(waiting, Effect.succeed(message.record))
         }
-        if (replies.length > 0) transport.post(replies)
-      })
-    yield* Effect.forkScoped(Effect.forever(Effect.flatMap(Queue.takeBetween(inbox, 1, 256), serve)))
+      }
+      if (replies.length > 0) transport.post(replies)
+    }
+    yield* transport.attach(self, serve)
 
     const ask = (node: string, name: string): Effect.Effect<EndpointRecord | undefined> =>
       Effect.suspend(() => {

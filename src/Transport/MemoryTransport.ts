@@ -20,7 +20,16 @@ export class MemoryHub extends Context.Tag("effect-reliable/MemoryHub")<MemoryHu
 
 export const makeHub = (): MemoryHubService => ({ inboxes: new LocalInboxes() })
 
-const routeKey = (node: string, address: ControllerAddress) => `${node}|${inboxKey(address)}`
+// Addresses are long-lived objects (a binding's, a registration's), so their key is kept.
+const routeKeys = new WeakMap<ControllerAddress, string>()
+const routeKey = (address: ControllerAddress) => {
+  let key = routeKeys.get(address)
+  if (key === undefined) {
+    key = `${address.node}|${inboxKey(address)}`
+    routeKeys.set(address, key)
+  }
+  return key
+}
 
 /** One node on a hub. */
 export const makeNode = (hub: MemoryHubService, node: string): TransportService => {
@@ -32,12 +41,12 @@ export const makeNode = (hub: MemoryHubService, node: string): TransportService 
     maxFrameSize: undefined,
     post: (envelopes) => {
       for (const envelope of envelopes) {
-        if (hub.inboxes.deliver(routeKey(envelope.to.node, envelope.to), envelope)) delivered++
+        if (hub.inboxes.deliver(routeKey(envelope.to), envelope)) delivered++
         else undeliverable++
       }
     },
-    attach: (address, receive) => hub.inboxes.attach(routeKey(node, address), receive),
-    open: (address) => hub.inboxes.open(routeKey(node, address)),
+    attach: (address, receive) => hub.inboxes.attach(routeKey({ ...address, node }), receive),
+    open: (address) => hub.inboxes.open(routeKey({ ...address, node })),
     stats: () => ({ delivered, undeliverable, malformed: 0 })
   }
 }

@@ -16,32 +16,39 @@ export type Receiver = (envelopes: ReadonlyArray<Envelope>) => void
  */
 export const InboxCapacity = 1 << 17
 
+interface Inbox {
+  readonly receive: Receiver
+  /** What arrived since the last delivery; undefined when nothing did. */
+  pending: Array<Envelope> | undefined
+}
+
 export class LocalInboxes {
-  private readonly receivers = new Map<string, Receiver>()
-  private pending = new Map<Receiver, Array<Envelope>>()
-  private scheduled = false
+  private readonly inboxes = new Map<string, Inbox>()
+  private due: Array<Inbox> = []
 
   /** Queues an envelope for the receiver under `key`; false when there is none. */
   deliver(key: string, envelope: Envelope): boolean {
-    const receiver = this.receivers.get(key)
-    if (receiver === undefined) return false
-    const batch = this.pending.get(receiver)
-    if (batch === undefined) this.pending.set(receiver, [envelope])
-    else batch.push(envelope)
-    if (!this.scheduled) {
-      this.scheduled = true
-      queueMicrotask(this.flush)
+    const inbox = this.inboxes.get(key)
+    if (inbox === undefined) return false
+    if (inbox.pending !== undefined) {
+      inbox.pending.push(envelope)
+      return true
     }
+    inbox.pending = [envelope]
+    if (this.due.length === 0) queueMicrotask(this.flush)
+    this.due.push(inbox)
     return true
   }
 
   private readonly flush = (): void => {
-    this.scheduled = false
-    const batches = this.pending
-    this.pending = new Map()
-    for (const [receiver, envelopes] of batches) {
+    const due = this.due
+    this.due = []
+    for (const inbox of due) {
+      const envelopes = inbox.pending
+      inbox.pending = undefined
+      if (envelopes === undefined) continue
       try {
-        receiver(envelopes)
+        inbox.receive(envelopes)
       } catch (error) {
         // A receiver is a controller's fold, which does not throw; if one does, the others still run.
         console.error("effect-reliable: an inbox receiver threw", error)
@@ -52,10 +59,15 @@ export class LocalInboxes {
   /** Registers `receive` under `key` for the life of the scope. */
   attach(key: string, receive: Receiver): Effect.Effect<void, never, Scope.Scope> {
     return Effect.acquireRelease(
-      Effect.sync(() => void this.receivers.set(key, receive)),
-      () =>
+      Effect.sync(() => {
+        const inbox: Inbox = { receive, pending: undefined }
+        this.inboxes.set(key, inbox)
+        return inbox
+      }),
+      (inbox) =>
         Effect.sync(() => {
-          if (this.receivers.get(key) === receive) this.receivers.delete(key)
+          if (this.inboxes.get(key) === inbox) this.inboxes.delete(key)
+          inbox.pending = undefined
         })
     )
   }

@@ -112,19 +112,23 @@ export const makeEndpoint = <A, I>(
       delivery: Delivery<A>
     ): Effect.Effect<void, never, R> => {
       busy = true
-      return Effect.flatMap(Effect.exit(handler(delivery)), (exit) => {
-        busy = false
-        if (exit._tag === "Failure") {
-          return Cause.isInterruptedOnly(exit.cause)
-            ? Effect.failCause(exit.cause as Cause.Cause<never>)
-            : Effect.logWarning(`reliable consumer "${checked.name}": handler failed on ${delivery.messageId}; it will be redelivered`, exit.cause)
+      // One continuation per delivery (matchCauseEffect, not exit + flatMap): this is the hot path.
+      return Effect.matchCauseEffect(handler(delivery), {
+        onFailure: (cause) => {
+          busy = false
+          return Cause.isInterruptedOnly(cause)
+            ? Effect.failCause(cause as Cause.Cause<never>)
+            : Effect.logWarning(`reliable consumer "${checked.name}": handler failed on ${delivery.messageId}; it will be redelivered`, cause)
+        },
+        onSuccess: () => {
+          busy = false
+          pulling = true
+          ConsumerController.confirmNow(delivery)
+          pulling = false
+          const next = handoff
+          handoff = undefined
+          return next === undefined ? Effect.void : process(handler, next)
         }
-        pulling = true
-        ConsumerController.confirmNow(delivery)
-        pulling = false
-        const next = handoff
-        handoff = undefined
-        return next === undefined ? Effect.void : process(handler, next)
       })
     }
 

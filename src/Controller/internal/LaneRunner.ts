@@ -6,8 +6,8 @@
  * restart and reload, except a failed load, which is reported (restarting into another load
  * cannot heal it). After a failure the lane runs nothing more.
  */
-import { Effect, Fiber, Schedule } from "effect"
-import type { Duration } from "effect"
+import { Duration, Effect, Schedule } from "effect"
+import type { Fiber } from "effect"
 import type { ReliableDeliveryStage } from "../../Protocol/Failure.js"
 import { isTerminal } from "../../DurableQueue/QueueErrors.js"
 import type { DurableQueueError } from "../../DurableQueue/QueueErrors.js"
@@ -56,13 +56,17 @@ export interface Runner<Op> {
   readonly kick: () => void
 }
 
-/** Retries backend errors under the policy; terminal errors and chunked-batch answers pass at once. */
-export const retrying = <A>(retry: QueueRetryPolicy, effect: Effect.Effect<A, DurableQueueError>) =>
-  Effect.retry(effect, {
-    schedule: Schedule.spaced(retry.interval),
-    times: retry.attempts - 1,
-    while: (error) => !isTerminal(error) && error._tag !== "QueueChunkedBatch"
-  })
+const retriable = (error: DurableQueueError) => !isTerminal(error) && error._tag !== "QueueChunkedBatch"
+
+/**
+ * Retries backend errors under the policy; terminal errors and chunked-batch answers pass at once.
+ * The first attempt runs bare: the retry schedule is set up only after a failure.
+ */
+export const retrying = <A>(retry: QueueRetryPolicy, effect: Effect.Effect<A, DurableQueueError>) => {
+  if (retry.attempts <= 1) return effect
+  const again = Effect.retry(effect, { schedule: Schedule.spaced(retry.interval), times: retry.attempts - 2, while: retriable })
+  return Effect.catchIf(effect, retriable, () => Effect.zipRight(Effect.sleep(retry.interval), again))
+}
 
 export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
   const ops: Array<Op> = []
@@ -84,7 +88,10 @@ export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
   const maxWaitMs = options.deferredMaxWaitMs ?? 1000
   const now = options.now ?? Date.now
   let deferredSince: number | undefined
-  let idleTimer: Fiber.RuntimeFiber<void> | undefined
+  /** When an operation last started or ended: the lane has paused since then. */
+  let lastActive = 0
+  /** A fiber sleeps until deferred work may be due; it is never interrupted, only re-armed. */
+  let timerArmed = false
 
   // An operation starts on a later turn: `next` runs inside a machine fold, and a queue that
   // answers synchronously (the memory queues) must not fold its completion into that same fold.
@@ -92,14 +99,11 @@ export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
     void options.runFork(Effect.ensuring(Effect.zipRight(Effect.yieldNow(), options.run(op, guard)), Effect.sync(ended)))
 
   const run = (op: Op): void => {
-    if (idleTimer !== undefined) {
-      const timer = idleTimer
-      idleTimer = undefined
-      options.runFork(Fiber.interrupt(timer))
-    }
     busy = true
+    if (idleMs > 0) lastActive = now()
     start(op, () => {
       busy = false
+      if (idleMs > 0) lastActive = now()
       next()
     })
   }
@@ -134,11 +138,15 @@ export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
     // Deferred work waits for the lane to pause for `idleMs`, but never longer than `maxWaitMs`.
     const time = now()
     deferredSince ??= time
-    if (time - deferredSince >= maxWaitMs) return runDeferred()
-    idleTimer ??= options.runFork(Effect.flatMap(Effect.sleep(idleMs), () =>
+    const due = Math.min(lastActive + idleMs, deferredSince + maxWaitMs)
+    if (time >= due) return runDeferred()
+    if (timerArmed) return
+    // One sleeping fiber per pause, not one per operation: it looks again when it wakes.
+    timerArmed = true
+    options.runFork(Effect.flatMap(Effect.sleep(Duration.millis(due - time)), () =>
       Effect.sync(() => {
-        idleTimer = undefined
-        if (!busy && !dead && ops.length === 0) runDeferred()
+        timerArmed = false
+        next()
       })))
   }
 

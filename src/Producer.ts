@@ -5,12 +5,12 @@
  */
 import { Effect, Either, PubSub, Stream } from "effect"
 import type { Duration, Queue, Schema, Scope } from "effect"
-import { randomUUID } from "node:crypto"
 import * as ProducerController from "./Controller/ProducerController.js"
 import type { ProduceError, ProducerStats } from "./Controller/ProducerController.js"
 import type { DurableProducerQueueService } from "./DurableQueue/DurableProducerQueue.js"
 import type { EndpointRecord } from "./internal/EndpointRegistry.js"
 import * as EndpointLifecycle from "./internal/EndpointLifecycle.js"
+import { newMessageId } from "./internal/MessageId.js"
 import { Signal } from "./internal/Signal.js"
 import * as Config from "./Protocol/Config.js"
 import type { DeliveryConfirmed, Produced, RequestNext, Stored, StoredAck } from "./Protocol/Contract.js"
@@ -45,7 +45,7 @@ export interface ProducerOptions<A, I> {
 }
 
 export interface SendOptions {
-  /** The stable deduplication key; default a random UUID. */
+  /** The stable deduplication key; default a fresh time-ordered UUID (version 7). */
   readonly messageId?: string
 }
 
@@ -215,7 +215,7 @@ export const makeEndpoint = <A>(
     // which is already an effect; no further effect is allocated per send.
     const send = (payload: A, sendOptions?: SendOptions): Effect.Effect<Stored, ProduceError> =>
       Effect.suspend((): Effect.Effect<Stored, ProduceError> => {
-        const sent = sendStep([{ payload, messageId: sendOptions?.messageId ?? randomUUID() }])
+        const sent = sendStep([{ payload, messageId: sendOptions?.messageId ?? newMessageId() }])
         return Either.isEither(sent)
           ? Either.map(sent as Either.Either<ReadonlyArray<Stored>, ProduceError>, (stored) => stored[0])
           : Effect.map(sent, (stored) => stored[0])
@@ -223,7 +223,7 @@ export const makeEndpoint = <A>(
 
     const sendAll = (messages: Iterable<{ readonly payload: A; readonly messageId?: string }>) =>
       Effect.suspend(() => {
-        const batch = Array.from(messages, (message) => ({ payload: message.payload, messageId: message.messageId ?? randomUUID() }))
+        const batch = Array.from(messages, (message) => ({ payload: message.payload, messageId: message.messageId ?? newMessageId() }))
         return batch.length === 0 ? Effect.succeed([]) : sendBatch(batch)
       })
 

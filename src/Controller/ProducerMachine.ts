@@ -21,7 +21,7 @@ import { sameAddress } from "../Protocol/Address.js"
 import type { ControllerAddress } from "../Protocol/Address.js"
 import { parseChunkMessageId } from "../Protocol/ChunkId.js"
 import { DeliveryConfirmed } from "../Protocol/Contract.js"
-import type { RequestNext, StoredAck } from "../Protocol/Contract.js"
+import type { RequestNext } from "../Protocol/Contract.js"
 import { ProtocolViolation } from "../Protocol/Errors.js"
 import type { ReliableDeliveryStage } from "../Protocol/Failure.js"
 import type { Ack, ChunkMark, ConsumerToProducer, ProducerToConsumer, Request, SequencedMessage } from "../Protocol/WireMessage.js"
@@ -227,15 +227,15 @@ export const step = (state: ProducerState, event: ProducerEvent): Step => {
       onProduce(s, event.grant, event.items, false, event.now, out)
       break
     case "StoredAck":
-      onStoredAck(s, event.ack, event.now, out)
+      completeHandshake(s, ProducerHandshake.storedAck(s, event.ack, out), event.now, out)
       break
     case "ProduceAcked":
       // Durable: one store-and-accept step; volatile: stored in this fold, acknowledged at once.
       onProduce(s, event.grant, event.items, true, event.now, out)
-      if (!s.config.durable) onAckAll(s, event.grant.token, event.now, out)
+      if (!s.config.durable) completeHandshake(s, ProducerHandshake.ackAll(s, event.grant.token, out), event.now, out)
       break
     case "AckAll":
-      onAckAll(s, event.token, event.now, out)
+      completeHandshake(s, ProducerHandshake.ackAll(s, event.token, out), event.now, out)
       break
     case "Tick":
       onTick(s, event.now, out)
@@ -247,7 +247,7 @@ export const step = (state: ProducerState, event: ProducerEvent): Step => {
       onStoreCompleted(s, event.token, event.results, event.retried === true, event.now, out)
       break
     case "AcceptCompleted":
-      onAcceptCompleted(s, event.token, event.now, out)
+      completeHandshake(s, ProducerHandshake.acceptCompleted(s, event.token), event.now, out)
       break
     case "Fail":
       fail(s, event.stage, event.cause, out)
@@ -503,7 +503,7 @@ const onStoreCompleted = (
   )
   const alreadyStored = results.map((result) => result.alreadyStored)
   const settled = ProducerHandshake.storeCompleted(s, messageView, storing, messages, alreadyStored, known, now, out)
-  if (settled !== undefined) completeHandshake(s, settled, now, out)
+  completeHandshake(s, settled, now, out)
 }
 
 /** True when an earlier result of the same batch carries the same business id. */
@@ -520,29 +520,9 @@ const isHeld = (s: Draft, messageId: string): boolean => {
   return false
 }
 
-const onStoredAck = (s: Draft, ack: StoredAck, now: number, out: Out): void => {
-  const handshake = ProducerHandshake.admitStoredAck(s, ack, out)
-  if (handshake !== undefined) acknowledge(s, handshake, now, out)
-}
-
-const onAckAll = (s: Draft, token: string, now: number, out: Out): void => {
-  const handshake = ProducerHandshake.admitAckAll(s, token)
-  if (handshake !== undefined) acknowledge(s, handshake, now, out)
-}
-
-/** StoredAck: a durable controller accepts first; a volatile one emits at once. */
-const acknowledge = (s: Draft, handshake: ProducerHandshake.StoredHandshake<PendingMessage>, now: number, out: Out): void => {
-  const settled = ProducerHandshake.acknowledge(s, handshake, out)
-  if (settled !== undefined) completeHandshake(s, settled, now, out)
-}
-
-const onAcceptCompleted = (s: Draft, token: string, now: number, out: Out): void => {
-  const settled = ProducerHandshake.acceptCompleted(s, token)
-  if (settled !== undefined) completeHandshake(s, settled, now, out)
-}
-
-/** Ends the handshake: emits each message not already held, then offers the next grant. */
-const completeHandshake = (s: Draft, settled: ProducerHandshake.Settled<PendingMessage>, now: number, out: Out): void => {
+/** Ends a settled handshake (none: nothing to do): emits each message not already held, then offers the next grant. */
+const completeHandshake = (s: Draft, settled: ProducerHandshake.Settled<PendingMessage> | undefined, now: number, out: Out): void => {
+  if (settled === undefined) return
   ProducerHandshake.complete(s, settled, out)
   for (let index = 0; index < settled.messages.length; index++) {
     if (settled.known[index] !== true) emit(s, settled.messages[index])

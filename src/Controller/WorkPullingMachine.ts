@@ -22,7 +22,7 @@
 import { sameAddress } from "../Protocol/Address.js"
 import type { ControllerAddress } from "../Protocol/Address.js"
 import { DeliveryConfirmed } from "../Protocol/Contract.js"
-import type { RequestNext, StoredAck } from "../Protocol/Contract.js"
+import type { RequestNext } from "../Protocol/Contract.js"
 import type { ProtocolViolation } from "../Protocol/Errors.js"
 import type { ReliableDeliveryStage } from "../Protocol/Failure.js"
 import type { Ack, ConsumerToProducer, ProducerToConsumer, Request, SequencedMessage } from "../Protocol/WireMessage.js"
@@ -256,13 +256,13 @@ export const step = (state: WorkState, event: WorkEvent): Step => {
     case "ProduceAcked":
       // Durable: one store-and-accept step; volatile: stored in this fold, acknowledged at once.
       onProduce(s, event.grant, event.items, true, event.now, out)
-      if (!s.config.durable) onAckAll(s, event.grant.token, event.now, out)
+      if (!s.config.durable) completeHandshake(s, Handshake.ackAll(s, event.grant.token, out), event.now, out)
       break
     case "StoredAck":
-      onStoredAck(s, event.ack, event.now, out)
+      completeHandshake(s, Handshake.storedAck(s, event.ack, out), event.now, out)
       break
     case "AckAll":
-      onAckAll(s, event.token, event.now, out)
+      completeHandshake(s, Handshake.ackAll(s, event.token, out), event.now, out)
       break
     case "Tick":
       onTick(s, event.now, out)
@@ -274,7 +274,7 @@ export const step = (state: WorkState, event: WorkEvent): Step => {
       onStoreCompleted(s, event.token, event.results, event.retried === true, event.now, out)
       break
     case "AcceptCompleted":
-      onAcceptCompleted(s, event.token, event.now, out)
+      completeHandshake(s, Handshake.acceptCompleted(s, event.token), event.now, out)
       break
     case "Fail":
       fail(s, event.stage, event.cause, out)
@@ -625,7 +625,7 @@ const onStoreCompleted = (
   }
   const alreadyStored = results.map((result) => result.alreadyStored)
   const settled = Handshake.storeCompleted(s, jobView, storing, jobs, alreadyStored, known, now, out)
-  if (settled !== undefined) completeHandshake(s, settled, now, out)
+  completeHandshake(s, settled, now, out)
 }
 
 /** True when the pool or a worker holds a job with this id. */
@@ -637,28 +637,9 @@ const isHeld = (s: Draft, messageId: string): boolean => {
   return false
 }
 
-const onStoredAck = (s: Draft, ack: StoredAck, now: number, out: Out): void => {
-  const handshake = Handshake.admitStoredAck(s, ack, out)
-  if (handshake !== undefined) acknowledge(s, handshake, now, out)
-}
-
-const onAckAll = (s: Draft, token: string, now: number, out: Out): void => {
-  const handshake = Handshake.admitAckAll(s, token)
-  if (handshake !== undefined) acknowledge(s, handshake, now, out)
-}
-
-const acknowledge = (s: Draft, handshake: Handshake.StoredHandshake<Job>, now: number, out: Out): void => {
-  const settled = Handshake.acknowledge(s, handshake, out)
-  if (settled !== undefined) completeHandshake(s, settled, now, out)
-}
-
-const onAcceptCompleted = (s: Draft, token: string, now: number, out: Out): void => {
-  const settled = Handshake.acceptCompleted(s, token)
-  if (settled !== undefined) completeHandshake(s, settled, now, out)
-}
-
-/** Ends the handshake: new jobs join the pool's tail and go out at once where there is demand. */
-const completeHandshake = (s: Draft, settled: Handshake.Settled<Job>, now: number, out: Out): void => {
+/** Ends a settled handshake (none: nothing to do): new jobs join the pool's tail and go out at once where there is demand. */
+const completeHandshake = (s: Draft, settled: Handshake.Settled<Job> | undefined, now: number, out: Out): void => {
+  if (settled === undefined) return
   Handshake.complete(s, settled, out)
   let pool = s.pool
   for (let index = 0; index < settled.messages.length; index++) {

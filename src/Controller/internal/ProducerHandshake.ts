@@ -314,10 +314,10 @@ const ackRejected = (token: string, message: string, out: Sink): void =>
   void out.push({ _tag: "AckRejected", token, error: contractError("UnknownStored", message) })
 
 /**
- * Admits a `StoredAck`: the Stored handshake it acknowledges, or undefined when there is nothing
- * to do (a repeat is ignored; one that matches no Stored is rejected here).
+ * A `StoredAck`: the settled handshake when it completes one at once (volatile), or undefined
+ * (durable: accepting first; a repeat is ignored; one that matches no Stored is rejected here).
  */
-export const admitStoredAck = <M>(s: HandshakeDraft<M>, ack: StoredAck, out: Sink): StoredHandshake<M> | undefined => {
+export const storedAck = <M>(s: HandshakeDraft<M>, ack: StoredAck, out: Sink): Settled<M> | undefined => {
   const invalid = checkGrant(s.config, ack.endpoint, ack.controller, "StoredAck")
   if (invalid !== undefined) return void out.push({ _tag: "AckRejected", token: ack.token, error: invalid })
   const handshake = s.handshake
@@ -330,20 +330,20 @@ export const admitStoredAck = <M>(s: HandshakeDraft<M>, ack: StoredAck, out: Sin
   if (answers.length !== 1 || answers[0].seq !== ack.seq || answers[0].messageId !== ack.messageId) {
     return void ackRejected(ack.token, `StoredAck for ${ack.messageId}/${ack.seq} does not match the Stored of grant ${ack.token}`, out)
   }
-  return handshake
+  return acknowledge(s, handshake, out)
 }
 
-/** `AckAll`: the Stored handshake of `token`, if that is the one awaiting acknowledgement. */
-export const admitAckAll = <M>(s: HandshakeDraft<M>, token: string): StoredHandshake<M> | undefined => {
+/** `AckAll`: acknowledges the Stored handshake of `token`, if that is the one awaiting it. */
+export const ackAll = <M>(s: HandshakeDraft<M>, token: string, out: Sink): Settled<M> | undefined => {
   const handshake = s.handshake
-  return handshake._tag === "Stored" && handshake.grant.token === token ? handshake : undefined
+  return handshake._tag === "Stored" && handshake.grant.token === token ? acknowledge(s, handshake, out) : undefined
 }
 
 /**
  * Acknowledged: a durable machine accepts first (returns undefined; `acceptCompleted` settles
  * later), a volatile one is settled at once.
  */
-export const acknowledge = <M>(s: HandshakeDraft<M>, handshake: StoredHandshake<M>, out: Sink): Settled<M> | undefined => {
+const acknowledge = <M>(s: HandshakeDraft<M>, handshake: StoredHandshake<M>, out: Sink): Settled<M> | undefined => {
   if (!s.config.durable) return handshake
   s.handshake = { _tag: "Accepting", grant: handshake.grant, stored: handshake.stored, messages: handshake.messages, known: handshake.known }
   out.push({ _tag: "Accept", token: handshake.grant.token, messageIds: handshake.stored.map((answer) => answer.messageId) })

@@ -71,6 +71,21 @@ describe("LaneRunner", () => {
       expect(Number(confirm!.split(" ")[0])).toBeLessThanOrEqual(25)
     }))
 
+  it.scoped("a lane whose next operation is always queued runs its deferred work after the longest wait", () =>
+    Effect.gen(function*() {
+      const { defer, log, runner } = yield* harness({ idleMs: 5, maxWaitMs: 20 })
+      // 20 operations of 2 ms queued at once: the lane never finds its queue empty until 40 ms
+      for (let index = 0; index < 20; index++) runner.enqueue({ name: `s${index}`, millis: 2 })
+      yield* step(1)
+      defer("c1")
+      for (let t = 0; t < 60; t++) yield* step(1)
+      const at = (name: string) => log.findIndex((line) => line.endsWith(` ${name}`))
+      // c1 became due at 21 and runs as the next operation ends, ahead of the queued ones
+      expect(log[at("c1")]).toBe("23 c1")
+      expect(at("c1")).toBeLessThan(at("s19"))
+      expect(log.filter((line) => line.endsWith(" c1"))).toHaveLength(1)
+    }))
+
   it.scoped("concurrent deferred work runs beside a handshake operation", () =>
     Effect.gen(function*() {
       const { defer, log, runner } = yield* harness({ concurrent: true })

@@ -132,12 +132,13 @@ export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
       return
     }
     if (busy) return
-    if (ops.length > 0) return run(ops.shift()!)
-    if (idleMs <= 0) return runDeferred()
-    if (options.hasDeferred?.() !== true) return
-    // Deferred work waits for the lane to pause for `idleMs`, but never longer than `maxWaitMs`.
+    if (idleMs <= 0) return ops.length > 0 ? run(ops.shift()!) : runDeferred()
+    if (options.hasDeferred?.() !== true) return ops.length > 0 ? run(ops.shift()!) : undefined
+    // Deferred work waits for the lane to pause for `idleMs`, but never longer than `maxWaitMs`:
+    // a lane whose next operation is always queued (a sendAll of many grants) still gets to it.
     const time = now()
     deferredSince ??= time
+    if (ops.length > 0) return time >= deferredSince + maxWaitMs ? runDeferred() : run(ops.shift()!)
     const due = Math.min(lastActive + idleMs, deferredSince + maxWaitMs)
     if (time >= due) return runDeferred()
     if (timerArmed) return

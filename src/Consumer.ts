@@ -105,37 +105,38 @@ export const makeEndpoint = <A, I>(
 
     /**
      * The `run` loop confirms in its own fiber; the confirmation's fold hands out the next
-     * delivery at once, which the loop takes straight from `handoff` instead of the queue.
+     * delivery at once, which the loop takes straight from `handoff` instead of the queue. The
+     * continuations are made once per `run`, not per delivery: this is the hot path.
      */
-    const process = <E, R>(
-      handler: (delivery: Delivery<A>) => Effect.Effect<void, E, R>,
-      delivery: Delivery<A>
-    ): Effect.Effect<void, never, R> => {
-      busy = true
-      // One continuation per delivery (matchCauseEffect, not exit + flatMap): this is the hot path.
-      return Effect.matchCauseEffect(handler(delivery), {
-        onFailure: (cause) => {
-          busy = false
-          return Cause.isInterruptedOnly(cause)
-            ? Effect.failCause(cause as Cause.Cause<never>)
-            : Effect.logWarning(`reliable consumer "${checked.name}": handler failed on ${delivery.messageId}; it will be redelivered`, cause)
-        },
-        onSuccess: () => {
-          busy = false
-          pulling = true
-          ConsumerController.confirmNow(delivery)
-          pulling = false
-          const next = handoff
-          handoff = undefined
-          return next === undefined ? Effect.void : process(handler, next)
-        }
-      })
-    }
-
     const run = <E, R>(handler: (delivery: Delivery<A>) => Effect.Effect<void, E, R>): Effect.Effect<never, never, R> =>
       Effect.suspend(() => {
         busy = false
-        return Effect.forever(Effect.flatMap(Queue.take(deliveries), (delivery) => process(handler, delivery)))
+        // The delivery the handler is working on (one at a time: the loop is sequential).
+        let current: Delivery<A> | undefined
+        const continuations = {
+          onFailure: (cause: Cause.Cause<E>): Effect.Effect<void> => {
+            busy = false
+            return Cause.isInterruptedOnly(cause)
+              ? Effect.failCause(cause as Cause.Cause<never>)
+              : Effect.logWarning(`reliable consumer "${checked.name}": handler failed on ${current!.messageId}; it will be redelivered`, cause)
+          },
+          onSuccess: (): Effect.Effect<void, never, R> => {
+            busy = false
+            pulling = true
+            ConsumerController.confirmNow(current!)
+            pulling = false
+            const next = handoff
+            handoff = undefined
+            return next === undefined ? Effect.void : process(next)
+          }
+        }
+        // One continuation per delivery (matchCauseEffect, not exit + flatMap).
+        const process = (delivery: Delivery<A>): Effect.Effect<void, never, R> => {
+          busy = true
+          current = delivery
+          return Effect.matchCauseEffect(handler(delivery), continuations)
+        }
+        return Effect.forever(Effect.flatMap(Queue.take(deliveries), process))
       })
 
     return {

@@ -216,9 +216,9 @@ export const makeEndpoint = <A>(
     const send = (payload: A, sendOptions?: SendOptions): Effect.Effect<Stored, ProduceError> =>
       Effect.suspend((): Effect.Effect<Stored, ProduceError> => {
         const sent = sendStep([{ payload, messageId: sendOptions?.messageId ?? newMessageId() }])
-        return Either.isEither(sent)
-          ? Either.map(sent as Either.Either<ReadonlyArray<Stored>, ProduceError>, (stored) => stored[0])
-          : Effect.map(sent, (stored) => stored[0])
+        if (!Either.isEither(sent)) return Effect.map(sent, (stored) => stored[0])
+        const settled = sent as Either.Either<ReadonlyArray<Stored>, ProduceError>
+        return Either.isRight(settled) ? Either.right(settled.right[0]) : settled as Either.Either<never, ProduceError>
       })
 
     const sendAll = (messages: Iterable<{ readonly payload: A; readonly messageId?: string }>) =>

@@ -451,11 +451,18 @@ const onProduce = (
     })
     return
   }
-  const messages: Array<PendingMessage> = []
-  for (const item of items) {
-    const chunks = split(item.payload, s.config.chunkSize)
-    const parts = chunks.map((payload, index) => ({ storeSeq: ++s.lastStoreSeq, payload, chunk: chunkMark(index, chunks.length) }))
-    messages.push({ messageId: item.messageId, parts })
+  const messages: Array<PendingMessage> = new Array(items.length)
+  const chunkSize = s.config.chunkSize
+  for (let index = 0; index < items.length; index++) {
+    const item = items[index]
+    if (chunkSize === undefined || item.payload.length <= chunkSize) {
+      // The usual case, one part: no chunk arrays.
+      messages[index] = { messageId: item.messageId, parts: [{ storeSeq: ++s.lastStoreSeq, payload: item.payload, chunk: undefined }] }
+      continue
+    }
+    const chunks = split(item.payload, chunkSize)
+    const parts = chunks.map((payload, part) => ({ storeSeq: ++s.lastStoreSeq, payload, chunk: chunkMark(part, chunks.length) }))
+    messages[index] = { messageId: item.messageId, parts }
   }
   ProducerHandshake.stored(s, messageView, grant, messages, undefined, undefined, now, out)
 }

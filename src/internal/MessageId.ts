@@ -11,7 +11,21 @@
  */
 import { randomFillSync } from "node:crypto"
 
-const hex: ReadonlyArray<string> = Array.from({ length: 256 }, (_, byte) => byte.toString(16).padStart(2, "0"))
+/** The two ASCII hex digits of every byte value, at 2 * byte. */
+const hexDigits = new Uint8Array(512)
+for (let byte = 0; byte < 256; byte++) {
+  const digits = byte.toString(16).padStart(2, "0")
+  hexDigits[2 * byte] = digits.charCodeAt(0)
+  hexDigits[2 * byte + 1] = digits.charCodeAt(1)
+}
+
+/** The id is written here as ASCII and read out as one flat string (no concatenations). */
+const text = Buffer.alloc(36, 0x2d)
+
+const put = (position: number, byte: number): void => {
+  text[position] = hexDigits[2 * byte]
+  text[position + 1] = hexDigits[2 * byte + 1]
+}
 
 /** Random bytes, drawn from the OS a few thousand at a time. */
 const entropy = new Uint8Array(4096)
@@ -40,10 +54,16 @@ export const newMessageId = (): string => {
   }
   const high = Math.floor(lastMillis / 0x10000)
   const low = lastMillis % 0x10000
-  let tail = ""
-  for (let index = 0; index < 6; index++) tail += hex[randomByte()]
-  return hex[(high >>> 24) & 0xff] + hex[(high >>> 16) & 0xff] + hex[(high >>> 8) & 0xff] + hex[high & 0xff] + "-" +
-    hex[low >>> 8] + hex[low & 0xff] + "-" +
-    hex[0x70 | (counter >>> 8)] + hex[counter & 0xff] + "-" +
-    hex[0x80 | (randomByte() & 0x3f)] + hex[randomByte()] + "-" + tail
+  put(0, (high >>> 24) & 0xff)
+  put(2, (high >>> 16) & 0xff)
+  put(4, (high >>> 8) & 0xff)
+  put(6, high & 0xff)
+  put(9, low >>> 8)
+  put(11, low & 0xff)
+  put(14, 0x70 | (counter >>> 8))
+  put(16, counter & 0xff)
+  put(19, 0x80 | (randomByte() & 0x3f))
+  put(21, randomByte())
+  for (let index = 0; index < 6; index++) put(24 + 2 * index, randomByte())
+  return text.toString("latin1", 0, 36)
 }

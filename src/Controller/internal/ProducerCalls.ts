@@ -151,6 +151,8 @@ export const make = <A>(options: CallsOptions<A>): Calls<A> => {
       return Either.isEither(answered) ? answered : Deferred.await(answered)
     },
     settle: (action) => {
+      // The everyday volatile path answers in the fold and never waits: skip hashing its token.
+      if (replies.size === 0) return
       const reply = replies.get(action.token)
       if (reply === undefined) return
       replies.delete(action.token)

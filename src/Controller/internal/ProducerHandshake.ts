@@ -249,6 +249,8 @@ export interface MessageView<M> {
   readonly storeSeq: (message: M) => number
 }
 
+const noneKnown: ReadonlyArray<boolean> = []
+
 /** The messages are stored: answer `Stored` for each and wait for the acknowledgement. */
 export const stored = <M>(
   s: HandshakeDraft<M>,
@@ -260,8 +262,10 @@ export const stored = <M>(
   now: number,
   out: Sink
 ): StoredHandshake<M> => {
-  const answers = messages.map((message, index) =>
-    new Stored({
+  const answers: Array<Stored> = new Array(messages.length)
+  for (let index = 0; index < messages.length; index++) {
+    const message = messages[index]
+    answers[index] = new Stored({
       endpoint: s.config.endpoint,
       controller: s.config.incarnation,
       token: grant.token,
@@ -269,8 +273,8 @@ export const stored = <M>(
       seq: view.storeSeq(message),
       alreadyStored: alreadyStored?.[index] ?? false
     })
-  )
-  const handshake: StoredHandshake<M> = { _tag: "Stored", grant, stored: answers, messages, known: known ?? [], offeredAt: now }
+  }
+  const handshake: StoredHandshake<M> = { _tag: "Stored", grant, stored: answers, messages, known: known ?? noneKnown, offeredAt: now }
   s.handshake = handshake
   answer(grant.token, Either.right(answers), out)
   return handshake

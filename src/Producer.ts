@@ -173,29 +173,56 @@ export const makeEndpoint = <A>(
      * rather than lost.
      */
     const sendBatch = (
-      batch: ReadonlyArray<{ readonly payload: A; readonly messageId: string }>
-    ): Effect.Effect<ReadonlyArray<Stored>, ProduceError> => Effect.suspend(() => sendStep(batch))
+      batch: ReadonlyArray<{ readonly payload: A; readonly messageId: string }>,
+      from: number,
+      results: Array<Stored> | undefined
+    ): Effect.Effect<ReadonlyArray<Stored>, ProduceError> => Effect.suspend(() => sendStep(batch, from, results))
+
+    /**
+     * Sends `batch` from position `from` on; `results` holds the answers of the messages before
+     * it (undefined until a batch takes more than one step: a batch sent in one step answers with
+     * the controller's own array).
+     */
+    /**
+     * After a step stored `stored`: the rest of the batch from `next`, with the answers so far.
+     * Undefined when the whole batch went in this one step (its answer is `stored` itself).
+     */
+    const continueBatch = (
+      batch: ReadonlyArray<{ readonly payload: A; readonly messageId: string }>,
+      next: number,
+      results: Array<Stored> | undefined,
+      stored: ReadonlyArray<Stored>
+    ): Effect.Effect<ReadonlyArray<Stored>, ProduceError> | undefined => {
+      if (next === batch.length && results === undefined) return undefined
+      const all = results ?? []
+      for (const answer of stored) all.push(answer)
+      return next === batch.length ? Effect.succeed(all) : sendBatch(batch, next, all)
+    }
 
     const sendStep = (
-      batch: ReadonlyArray<{ readonly payload: A; readonly messageId: string }>
+      batch: ReadonlyArray<{ readonly payload: A; readonly messageId: string }>,
+      from: number,
+      results: Array<Stored> | undefined
     ): Effect.Effect<ReadonlyArray<Stored>, ProduceError> => {
       const taken = grant
-      if (taken === undefined) return Effect.zipRight(grants.next(), sendBatch(batch))
+      if (taken === undefined) return Effect.zipRight(grants.next(), sendBatch(batch, from, results))
       grant = undefined
       const controller = controllerOf(taken)
-      if (controller === undefined || !controller.running()) return sendBatch(batch)
+      if (controller === undefined || !controller.running()) return sendBatch(batch, from, results)
       const handshake = controller.handshake()
       if (handshake._tag === "Stored" && handshake.grant.token === taken.token) {
         controller.ackAll(taken.token)
-        return sendBatch(batch)
+        return sendBatch(batch, from, results)
       }
-      if (handshake._tag !== "Granted" || handshake.grant.token !== taken.token) return sendBatch(batch)
-      const items = batch.length === 1 ? batch : batch.slice(0, Math.max(1, Math.min(MaxBatch, controller.freeDemand())))
-      const rest = items.length === batch.length ? undefined : batch.slice(items.length)
+      if (handshake._tag !== "Granted" || handshake.grant.token !== taken.token) return sendBatch(batch, from, results)
+      const remaining = batch.length - from
+      const count = remaining === 1 ? 1 : Math.max(1, Math.min(MaxBatch, controller.freeDemand(), remaining))
+      const items = from === 0 && count === batch.length ? batch : batch.slice(from, from + count)
+      const next = from + count
       const sent = controller.sendNow(taken, items)
       if (Either.isEither(sent)) {
         if (Either.isLeft(sent)) {
-          if (isStale(sent.left)) return sendBatch(batch)
+          if (isStale(sent.left)) return sendBatch(batch, from, results)
           // Refused before anything was stored: the grant is still good for the next send.
           if (grant === undefined && stillGranted(controller, taken)) {
             grant = taken
@@ -203,19 +230,19 @@ export const makeEndpoint = <A>(
           }
           return sent
         }
-        return rest === undefined ? sent : Effect.map(sendBatch(rest), (more) => [...sent.right, ...more])
+        return continueBatch(batch, next, results, sent.right) ?? sent
       }
-      return sent.pipe(
-        Effect.flatMap((stored) => rest === undefined ? Effect.succeed(stored) : Effect.map(sendBatch(rest), (more) => [...stored, ...more])),
-        Effect.catchIf(isStale, () => sendBatch(batch))
-      )
+      return Effect.matchEffect(sent, {
+        onFailure: (error) => isStale(error) ? sendBatch(batch, from, results) : Effect.fail(error),
+        onSuccess: (stored) => continueBatch(batch, next, results, stored) ?? Effect.succeed(stored)
+      })
     }
 
     // One message: with a grant at hand and a volatile controller, the answer is an `Either`,
     // which is already an effect; no further effect is allocated per send.
     const send = (payload: A, sendOptions?: SendOptions): Effect.Effect<Stored, ProduceError> =>
       Effect.suspend((): Effect.Effect<Stored, ProduceError> => {
-        const sent = sendStep([{ payload, messageId: sendOptions?.messageId ?? newMessageId() }])
+        const sent = sendStep([{ payload, messageId: sendOptions?.messageId ?? newMessageId() }], 0, undefined)
         if (!Either.isEither(sent)) return Effect.map(sent, (stored) => stored[0])
         const settled = sent as Either.Either<ReadonlyArray<Stored>, ProduceError>
         return Either.isRight(settled) ? Either.right(settled.right[0]) : settled as Either.Either<never, ProduceError>
@@ -224,7 +251,7 @@ export const makeEndpoint = <A>(
     const sendAll = (messages: Iterable<{ readonly payload: A; readonly messageId?: string }>) =>
       Effect.suspend(() => {
         const batch = Array.from(messages, (message) => ({ payload: message.payload, messageId: message.messageId ?? newMessageId() }))
-        return batch.length === 0 ? Effect.succeed([]) : sendBatch(batch)
+        return batch.length === 0 ? Effect.succeed([]) : sendBatch(batch, 0, undefined)
       })
 
     const produce = (produced: Produced<A>) =>

@@ -27,16 +27,21 @@ export const make = (): DeadlineTimer => {
       if (idle) signal.fire()
     },
     run: ({ deadline, now, tick }) => {
-      const tickThenDelay: Effect.Effect<number> = Effect.suspend(() => {
-        tick()
+      // How long to sleep until the next deadline; with none, waits to be woken for one. A wake
+      // whose deadline is already gone again (a grant answered at once) waits again without a
+      // tick: a tick with no deadline does nothing, and a sleep per wake cost a timer each time.
+      const untilDue: Effect.Effect<number> = Effect.suspend(() => {
         const next = deadline()
         if (next !== undefined) return Effect.succeed(Math.max(1, next - now()))
         idle = true
-        return Effect.map(signal.next(), () => {
+        return Effect.flatMap(signal.next(), () => {
           idle = false
-          const woken = deadline()
-          return woken === undefined ? 0 : Math.max(1, woken - now())
+          return untilDue
         })
+      })
+      const tickThenDelay: Effect.Effect<number> = Effect.suspend(() => {
+        tick()
+        return untilDue
       })
       return Effect.asVoid(Effect.forkScoped(Effect.repeat(
         tickThenDelay,

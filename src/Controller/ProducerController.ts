@@ -260,7 +260,7 @@ export const make = <A>(
     })
     // The retry timer sleeps until the handshake's deadline, so a re-offer happens exactly one
     // interval after the offer; with nothing outstanding it waits for the next offer instead.
-    yield* timer.run({ tick: () => void dispatch({ _tag: "Tick", now: now() }), deadline: () => Machine.nextDeadline(state), now })
+    yield* timer.run({ tick: () => void dispatch({ _tag: "Tick", now: now() }), deadline: () => Machine.nextDeadline(state), now, recheckMs: config.retryIntervalMs })
 
     return {
       address,

@@ -245,7 +245,7 @@ export const make = <A>(
         } else counters.dropped++
       }
     })
-    yield* timer.run({ tick: () => void dispatch({ _tag: "Tick", now: now() }), deadline: () => Machine.nextDeadline(state), now })
+    yield* timer.run({ tick: () => void dispatch({ _tag: "Tick", now: now() }), deadline: () => Machine.nextDeadline(state), now, recheckMs: retryIntervalMs })
 
     const workStats = (): WorkPullingStats => ({
       workers: state.bindings.length,

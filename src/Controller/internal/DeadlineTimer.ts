@@ -16,6 +16,8 @@ export interface DeadlineTimer {
     readonly tick: () => void
     readonly deadline: () => number | undefined
     readonly now: () => number
+    /** The shortest time from an offer to its deadline (the retry interval). */
+    readonly recheckMs: number
   }) => Effect.Effect<void, never, Scope.Scope>
 }
 
@@ -26,17 +28,21 @@ export const make = (): DeadlineTimer => {
     wake: () => {
       if (idle) signal.fire()
     },
-    run: ({ deadline, now, tick }) => {
+    run: ({ deadline, now, recheckMs, tick }) => {
       // How long to sleep until the next deadline; with none, waits to be woken for one. A wake
-      // whose deadline is already gone again (a grant answered at once) waits again without a
-      // tick: a tick with no deadline does nothing, and a sleep per wake cost a timer each time.
+      // whose deadline is already gone again (a grant answered at once: the flow is busy) looks
+      // again one `recheckMs` later instead of waiting for the next wake, so a busy flow costs
+      // the timer one wake per interval rather than one per grant. Nothing can fall due sooner:
+      // a deadline is at least one interval after the offer that set it, and an offer during
+      // that sleep has its deadline after the sleep ends.
       const untilDue: Effect.Effect<number> = Effect.suspend(() => {
         const next = deadline()
         if (next !== undefined) return Effect.succeed(Math.max(1, next - now()))
         idle = true
-        return Effect.flatMap(signal.next(), () => {
+        return Effect.map(signal.next(), () => {
           idle = false
-          return untilDue
+          const woken = deadline()
+          return woken === undefined ? recheckMs : Math.max(1, woken - now())
         })
       })
       const tickThenDelay: Effect.Effect<number> = Effect.suspend(() => {

@@ -8,7 +8,7 @@
  * costs far more than the rest of the path for a large payload (about 1.8 s to encode 8 MiB).
  * Both ends of a flow use the same Schema, so both agree on the form.
  */
-import { Either, Schema, SchemaAST } from "effect"
+import { Either, Option, Schema, SchemaAST } from "effect"
 import type { ParseResult } from "effect"
 
 export interface PayloadCodec<A> {
@@ -28,6 +28,57 @@ export const isBinary = (schema: Schema.Schema.AnyNoContext): boolean => {
     encoded.decodeUnknown === bytesDeclaration.decodeUnknown
 }
 
+/**
+ * A plain struct's parse, compiled: what Schema's parser returns for a struct of string, number
+ * and boolean fields (and nested such structs) with no transformations, refinements, optional or
+ * symbol keys, index signatures or parse-option annotations, whose encoded side is its type side.
+ * Schema's own parse of such a value is a type check per field and a copy of the declared fields
+ * in declared order; this is the same copy without the parser's per-field results and closures.
+ * It answers undefined whenever the value does not check, and the caller then runs Schema's
+ * parser, which produces the result (and the exact error) itself.
+ */
+type PlainParse = (input: unknown) => object | undefined
+
+const primitiveTypes: Partial<Record<SchemaAST.AST["_tag"], string>> = {
+  StringKeyword: "string",
+  NumberKeyword: "number",
+  BooleanKeyword: "boolean"
+}
+
+const hasParseAnnotations = (ast: SchemaAST.AST): boolean =>
+  Option.isSome(SchemaAST.getParseOptionsAnnotation(ast)) || Option.isSome(SchemaAST.getDecodingFallbackAnnotation(ast))
+
+export const compilePlain = (ast: SchemaAST.AST): PlainParse | undefined => {
+  if (ast._tag !== "TypeLiteral" || ast.indexSignatures.length > 0 || hasParseAnnotations(ast)) return undefined
+  const names: Array<string> = []
+  const fields: Array<string | PlainParse> = []
+  for (const property of ast.propertySignatures) {
+    if (typeof property.name !== "string" || property.isOptional || hasParseAnnotations(property.type)) return undefined
+    const field = primitiveTypes[property.type._tag] ?? compilePlain(property.type)
+    if (field === undefined) return undefined
+    names.push(property.name)
+    fields.push(field)
+  }
+  return (input) => {
+    if (typeof input !== "object" || input === null || Array.isArray(input)) return undefined
+    const output: Record<string, unknown> = {}
+    for (let index = 0; index < names.length; index++) {
+      const name = names[index]
+      const value = (input as Record<string, unknown>)[name]
+      const field = fields[index]
+      if (typeof field === "string") {
+        if (typeof value !== field) return undefined
+        output[name] = value
+      } else {
+        const nested = field(value)
+        if (nested === undefined) return undefined
+        output[name] = nested
+      }
+    }
+    return output
+  }
+}
+
 export const make = <A, I>(schema: Schema.Schema<A, I, never>): PayloadCodec<A> => {
   const encodeValue = Schema.encodeEither(schema)
   const decodeValue = Schema.decodeUnknownEither(schema)
@@ -41,11 +92,16 @@ export const make = <A, I>(schema: Schema.Schema<A, I, never>): PayloadCodec<A> 
       decode: (bytes, fresh) => decodeValue(fresh === true ? bytes : bytes.slice())
     }
   }
+  const plain = compilePlain(schema.ast)
   return {
     encode: (value) => {
-      const encoded = encodeValue(value)
-      if (Either.isLeft(encoded)) return Either.left(encoded.left)
-      const json = JSON.stringify(encoded.right)
+      let encoded: unknown = plain?.(value)
+      if (encoded === undefined) {
+        const result = encodeValue(value)
+        if (Either.isLeft(result)) return Either.left(result.left)
+        encoded = result.right
+      }
+      const json = JSON.stringify(encoded)
       return json === undefined
         ? Either.left(new Error("the encoded payload has no JSON form"))
         : Either.right(Buffer.from(json, "utf8"))
@@ -57,7 +113,8 @@ export const make = <A, I>(schema: Schema.Schema<A, I, never>): PayloadCodec<A> 
       } catch (error) {
         return Either.left(error instanceof Error ? error : new Error(String(error)))
       }
-      return decodeValue(parsed)
+      const decoded = plain?.(parsed)
+      return decoded === undefined ? decodeValue(parsed) : Either.right(decoded as A)
     }
   }
 }

@@ -39,4 +39,50 @@ describe("PayloadCodec", () => {
     expect(Either.getOrThrow(codec.decode(encoded))).toEqual({ id: 7, data: bytes(1, 2, 3) })
     expect(Either.isLeft(codec.decode(bytes(0xff)))).toBe(true)
   })
+
+  describe("plain structs (compiled parse)", () => {
+    const Inner = Schema.Struct({ on: Schema.Boolean, label: Schema.String })
+    const Plain = Schema.Struct({ id: Schema.Number, name: Schema.String, inner: Inner })
+
+    it.each([
+      ["a struct of primitives", Schema.Struct({ a: Schema.Number, b: Schema.String, c: Schema.Boolean }), true],
+      ["nested plain structs", Plain, true],
+      ["an optional field", Schema.Struct({ a: Schema.optional(Schema.Number) }), false],
+      ["a refined field", Schema.Struct({ a: Schema.Number.pipe(Schema.int()) }), false],
+      ["a literal field", Schema.Struct({ a: Schema.Literal("x") }), false],
+      ["an index signature", Schema.Record({ key: Schema.String, value: Schema.Number }), false],
+      ["a transformed field", Schema.Struct({ a: Schema.NumberFromString }), false],
+      ["parse options", Schema.Struct({ a: Schema.Number }).annotations({ parseOptions: { onExcessProperty: "error" } }), false],
+      ["a class", class Order extends Schema.Class<Order>("Order")({ a: Schema.Number }) {}, false],
+      ["a string", Schema.String, false]
+    ] as const)("%s compiles: %s", (_, schema, compiled) => {
+      expect(PayloadCodec.compilePlain((schema as Schema.Schema.AnyNoContext).ast) !== undefined).toBe(compiled)
+    })
+
+    it.each([
+      { id: 1, name: "a", inner: { on: true, label: "x" } },
+      { id: NaN, name: "", inner: { on: false, label: "y" }, extra: 1 },
+      { name: "a", id: -0, inner: { label: "z", on: true, more: [1] } },
+      { id: "1", name: "a", inner: { on: true, label: "x" } },
+      { id: 1, name: "a", inner: null },
+      { id: 1, name: "a" },
+      [1, 2],
+      null,
+      "text"
+    ])("answers as Schema does: %j", (value) => {
+      const codec = PayloadCodec.make(Plain)
+      const encoded = codec.encode(value as never)
+      const viaSchema = Schema.encodeEither(Plain)(value as never)
+      expect(Either.isRight(encoded)).toBe(Either.isRight(viaSchema))
+      if (Either.isRight(encoded) && Either.isRight(viaSchema)) {
+        const json = Buffer.from(encoded.right).toString("utf8")
+        expect(json).toBe(JSON.stringify(viaSchema.right))
+        expect(codec.decode(encoded.right)).toStrictEqual(Schema.decodeUnknownEither(Plain)(JSON.parse(json)))
+      } else {
+        expect(encoded).toStrictEqual(viaSchema)
+      }
+      const bytes = Buffer.from(JSON.stringify(value), "utf8")
+      expect(codec.decode(bytes)).toStrictEqual(Schema.decodeUnknownEither(Plain)(JSON.parse(JSON.stringify(value))))
+    })
+  })
 })

@@ -3,12 +3,13 @@
  * time and confirms each after the handler succeeds; `deliveries` hands them out as a Stream
  * for full control, each with its own `confirm`.
  */
-import { Cause, Effect, Queue, Stream } from "effect"
+import { Cause, Effect, Option, Queue, Stream } from "effect"
 import type { Duration, Schema, Scope } from "effect"
 import * as ConsumerController from "./Controller/ConsumerController.js"
 import type { ConsumerStats } from "./Controller/ConsumerController.js"
 import type { EndpointKind } from "./internal/EndpointRegistry.js"
 import * as EndpointLifecycle from "./internal/EndpointLifecycle.js"
+import { Signal } from "./internal/Signal.js"
 import * as Config from "./Protocol/Config.js"
 import type { Delivery } from "./Protocol/Contract.js"
 import { ReliableConfigError } from "./Protocol/Errors.js"
@@ -76,6 +77,9 @@ export const makeEndpoint = <A, I>(
     const codec = PayloadCodec.make(options.payload)
     // Holds at most the delivery in flight plus re-deliveries of it: the protocol bounds it.
     const deliveries = yield* Effect.acquireRelease(Queue.unbounded<Delivery<A>>(), Queue.shutdown)
+    // Fired when a delivery is queued: the `run` loop waits on it rather than in `Queue.take`
+    // on an empty queue (which makes a Deferred each time: once per demand round).
+    const queued = new Signal()
     let busy = false
     let pulling = false
     let handoff: Delivery<A> | undefined
@@ -96,7 +100,10 @@ export const makeEndpoint = <A, I>(
         }, codec, system, {
           deliver: (delivery) => {
             if (pulling) handoff = delivery
-            else deliveries.unsafeOffer(delivery)
+            else {
+              deliveries.unsafeOffer(delivery)
+              queued.fire()
+            }
           },
           handlerBusy: () => busy,
           stopped
@@ -136,7 +143,12 @@ export const makeEndpoint = <A, I>(
           current = delivery
           return Effect.matchCauseEffect(handler(delivery), continuations)
         }
-        return Effect.forever(Effect.flatMap(Queue.take(deliveries), process))
+        // Takes from a queue known to hold a delivery (or shut down: `take` then interrupts).
+        const takeNext: Effect.Effect<Delivery<A>> = Effect.suspend(() => {
+          const size = deliveries.unsafeSize()
+          return Option.isNone(size) || size.value > 0 ? Queue.take(deliveries) : Effect.zipRight(queued.next(), takeNext)
+        })
+        return Effect.forever(Effect.flatMap(takeNext, process))
       })
 
     return {

@@ -79,6 +79,58 @@ export const compilePlain = (ast: SchemaAST.AST): PlainParse | undefined => {
   }
 }
 
+/**
+ * A plain struct's JSON, compiled: exactly `JSON.stringify` of what `compilePlain` returns (the
+ * declared fields in declared order), written straight from the value without the copy and the
+ * generic walk over it. Undefined (the caller then takes the general path) whenever the value does
+ * not check, or for a struct whose field names a plain copy could not hold as own properties.
+ */
+type PlainJson = (input: unknown) => string | undefined
+
+export const compilePlainJson = (ast: SchemaAST.AST): PlainJson | undefined => {
+  if (ast._tag !== "TypeLiteral" || ast.indexSignatures.length > 0 || hasParseAnnotations(ast)) return undefined
+  const names: Array<string> = []
+  // Each field's JSON prefix: `{"name":` for the first, `,"name":` after it.
+  const prefixes: Array<string> = []
+  const fields: Array<string | PlainJson> = []
+  for (const property of ast.propertySignatures) {
+    if (typeof property.name !== "string" || property.isOptional || hasParseAnnotations(property.type)) return undefined
+    if (property.name === "__proto__") return undefined
+    const field = primitiveTypes[property.type._tag] ?? compilePlainJson(property.type)
+    if (field === undefined) return undefined
+    prefixes.push(`${names.length === 0 ? "{" : ","}${JSON.stringify(property.name)}:`)
+    names.push(property.name)
+    fields.push(field)
+  }
+  return (input) => {
+    if (typeof input !== "object" || input === null || Array.isArray(input)) return undefined
+    if (names.length === 0) return "{}"
+    let json = ""
+    for (let index = 0; index < names.length; index++) {
+      const value = (input as Record<string, unknown>)[names[index]]
+      const field = fields[index]
+      let text: string | undefined
+      switch (field) {
+        case "string":
+          text = typeof value === "string" ? JSON.stringify(value) : undefined
+          break
+        case "number":
+          // JSON writes a finite number as String does, and anything else as null.
+          text = typeof value === "number" ? (Number.isFinite(value) ? String(value) : "null") : undefined
+          break
+        case "boolean":
+          text = typeof value === "boolean" ? (value ? "true" : "false") : undefined
+          break
+        default:
+          text = (field as PlainJson)(value)
+      }
+      if (text === undefined) return undefined
+      json += prefixes[index] + text
+    }
+    return json + "}"
+  }
+}
+
 export const make = <A, I>(schema: Schema.Schema<A, I, never>): PayloadCodec<A> => {
   const encodeValue = Schema.encodeEither(schema)
   const decodeValue = Schema.decodeUnknownEither(schema)
@@ -93,15 +145,15 @@ export const make = <A, I>(schema: Schema.Schema<A, I, never>): PayloadCodec<A> 
     }
   }
   const plain = compilePlain(schema.ast)
+  const plainJson = compilePlainJson(schema.ast)
   return {
     encode: (value) => {
-      let encoded: unknown = plain?.(value)
-      if (encoded === undefined) {
+      let json = plainJson?.(value)
+      if (json === undefined) {
         const result = encodeValue(value)
         if (Either.isLeft(result)) return Either.left(result.left)
-        encoded = result.right
+        json = JSON.stringify(result.right)
       }
-      const json = JSON.stringify(encoded)
       return json === undefined
         ? Either.left(new Error("the encoded payload has no JSON form"))
         : Either.right(Buffer.from(json, "utf8"))

@@ -63,6 +63,8 @@ describe("PayloadCodec", () => {
       { id: 1, name: "a", inner: { on: true, label: "x" } },
       { id: NaN, name: "", inner: { on: false, label: "y" }, extra: 1 },
       { name: "a", id: -0, inner: { label: "z", on: true, more: [1] } },
+      { id: 1e21, name: "quote\" \\ \u2028 \u00e9 \ud83d\ude00 \ud800", inner: { on: true, label: "\n\t" } },
+      { id: Infinity, name: "b", inner: { on: false, label: "" } },
       { id: "1", name: "a", inner: { on: true, label: "x" } },
       { id: 1, name: "a", inner: null },
       { id: 1, name: "a" },

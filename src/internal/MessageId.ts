@@ -11,55 +11,59 @@
  */
 import { randomFillSync } from "node:crypto"
 
-/** Two and three lowercase hex digits of every value. */
-const hex2 = Array.from({ length: 256 }, (_, value) => value.toString(16).padStart(2, "0"))
-const hex3 = Array.from({ length: 4096 }, (_, value) => value.toString(16).padStart(3, "0"))
-/** The variant's hex digit (binary 10xx) for two random bits. */
-const variantDigit = ["8", "9", "a", "b"]
+/** The two ASCII hex digits of every byte value, at 2 * byte. */
+const hexDigits = new Uint8Array(512)
+for (let byte = 0; byte < 256; byte++) {
+  const digits = byte.toString(16).padStart(2, "0")
+  hexDigits[2 * byte] = digits.charCodeAt(0)
+  hexDigits[2 * byte + 1] = digits.charCodeAt(1)
+}
 
-/**
- * Random bytes drawn from the OS a few thousand at a time, and the same bytes as hex: an id takes
- * 8 bytes (16 digits) of it, reading the variant's two random bits from its first byte and its
- * other 60 random bits as the digits that follow (no per-byte formatting).
- */
-const entropy = Buffer.alloc(4096)
-let entropyHex = ""
+/** The id is written here as ASCII and read out as one flat string (no concatenations). */
+const text = Buffer.alloc(36, 0x2d)
+
+const put = (position: number, byte: number): void => {
+  text[position] = hexDigits[2 * byte]
+  text[position + 1] = hexDigits[2 * byte + 1]
+}
+
+/** Random bytes, drawn from the OS a few thousand at a time. */
+const entropy = new Uint8Array(4096)
 let used = entropy.length
 
-const refill = (): void => {
-  randomFillSync(entropy)
-  entropyHex = entropy.toString("hex")
-  used = 0
+const randomByte = (): number => {
+  if (used === entropy.length) {
+    randomFillSync(entropy)
+    used = 0
+  }
+  return entropy[used++]
 }
 
 let lastMillis = -1
 let counter = 0
-/** `tttttttt-tttt-7` for `lastMillis`: the part of the id that changes once per millisecond. */
-let prefix = ""
-
-const startMillis = (millis: number): void => {
-  lastMillis = millis
-  const high = Math.floor(millis / 0x10000)
-  const low = millis % 0x10000
-  prefix = hex2[(high >>> 24) & 0xff] + hex2[(high >>> 16) & 0xff] + hex2[(high >>> 8) & 0xff] + hex2[high & 0xff] +
-    "-" + hex2[low >>> 8] + hex2[low & 0xff] + "-7"
-}
 
 /** A fresh, time-ordered message id (a UUID version 7 string). */
 export const newMessageId = (): string => {
-  if (used + 10 > entropy.length) refill()
   const now = Date.now()
   if (now > lastMillis) {
-    startMillis(now)
-    counter = ((entropy[used] << 8) | entropy[used + 1]) & 0x7ff
-    used += 2
+    lastMillis = now
+    counter = ((randomByte() << 8) | randomByte()) & 0x7ff
   } else if (++counter > 0xfff) {
-    startMillis(lastMillis + 1)
+    lastMillis++
     counter = 0
   }
-  const at = 2 * used
-  const id = prefix + hex3[counter] + "-" + variantDigit[entropy[used] >>> 6] + entropyHex.substring(at + 1, at + 4) + "-" +
-    entropyHex.substring(at + 4, at + 16)
-  used += 8
-  return id
+  const high = Math.floor(lastMillis / 0x10000)
+  const low = lastMillis % 0x10000
+  put(0, (high >>> 24) & 0xff)
+  put(2, (high >>> 16) & 0xff)
+  put(4, (high >>> 8) & 0xff)
+  put(6, high & 0xff)
+  put(9, low >>> 8)
+  put(11, low & 0xff)
+  put(14, 0x70 | (counter >>> 8))
+  put(16, counter & 0xff)
+  put(19, 0x80 | (randomByte() & 0x3f))
+  put(21, randomByte())
+  for (let index = 0; index < 6; index++) put(24 + 2 * index, randomByte())
+  return text.toString("latin1", 0, 36)
 }

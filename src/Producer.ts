@@ -19,6 +19,7 @@ import type { ProducerContractError, ReliableEndpointConfigError } from "./Proto
 import * as PayloadCodec from "./Protocol/PayloadCodec.js"
 import { ReliableSystem } from "./ReliableSystem.js"
 import type { SystemInternals } from "./ReliableSystem.js"
+import { isEitherOf } from "./internal/IsEither.js"
 
 export interface ProducerOptions<A, I> {
   /** This endpoint's name, unique on its system. */
@@ -220,7 +221,7 @@ export const makeEndpoint = <A>(
       const items = from === 0 && count === batch.length ? batch : batch.slice(from, from + count)
       const next = from + count
       const sent = controller.sendNow(taken, items)
-      if (Either.isEither(sent)) {
+      if (isEitherOf(sent)) {
         if (Either.isLeft(sent)) {
           if (isStale(sent.left)) return sendBatch(batch, from, results)
           // Refused before anything was stored: the grant is still good for the next send.
@@ -243,7 +244,7 @@ export const makeEndpoint = <A>(
     const send = (payload: A, sendOptions?: SendOptions): Effect.Effect<Stored, ProduceError> =>
       Effect.suspend((): Effect.Effect<Stored, ProduceError> => {
         const sent = sendStep([{ payload, messageId: sendOptions?.messageId ?? newMessageId() }], 0, undefined)
-        if (!Either.isEither(sent)) return Effect.map(sent, (stored) => stored[0])
+        if (!isEitherOf(sent)) return Effect.map(sent, (stored) => stored[0])
         const settled = sent as Either.Either<ReadonlyArray<Stored>, ProduceError>
         return Either.isRight(settled) ? Either.right(settled.right[0]) : settled as Either.Either<never, ProduceError>
       })

@@ -48,19 +48,40 @@ const primitiveTypes: Partial<Record<SchemaAST.AST["_tag"], string>> = {
 const hasParseAnnotations = (ast: SchemaAST.AST): boolean =>
   Option.isSome(SchemaAST.getParseOptionsAnnotation(ast)) || Option.isSome(SchemaAST.getDecodingFallbackAnnotation(ast))
 
-export const compilePlain = (ast: SchemaAST.AST): PlainParse | undefined => {
+/**
+ * `fresh` (the decode side: the input is `JSON.parse`'s own result, which nobody else holds): an
+ * input whose keys are exactly the declared fields in declared order (nested structs likewise)
+ * and whose fields check is answered with itself, since the copy would equal it key for key;
+ * any other input is copied as without `fresh`.
+ */
+export const compilePlain = (ast: SchemaAST.AST, fresh = false): PlainParse | undefined => {
   if (ast._tag !== "TypeLiteral" || ast.indexSignatures.length > 0 || hasParseAnnotations(ast)) return undefined
   const names: Array<string> = []
   const fields: Array<string | PlainParse> = []
   for (const property of ast.propertySignatures) {
     if (typeof property.name !== "string" || property.isOptional || hasParseAnnotations(property.type)) return undefined
-    const field = primitiveTypes[property.type._tag] ?? compilePlain(property.type)
+    const field = primitiveTypes[property.type._tag] ?? compilePlain(property.type, fresh)
     if (field === undefined) return undefined
     names.push(property.name)
     fields.push(field)
   }
+  // A declared `__proto__` is never an own key of a copy: such structs are always copied.
+  const reuse = fresh && !names.includes("__proto__")
+  /** The input itself when it has exactly the declared keys in order and every field checks. */
+  const asIs = (input: Record<string, unknown>): boolean => {
+    let index = 0
+    for (const key in input) {
+      if (index === names.length || key !== names[index]) return false
+      const value = input[key]
+      const field = fields[index]
+      if (typeof field === "string" ? typeof value !== field : field(value) !== value) return false
+      index++
+    }
+    return index === names.length
+  }
   return (input) => {
     if (typeof input !== "object" || input === null || Array.isArray(input)) return undefined
+    if (reuse && asIs(input as Record<string, unknown>)) return input
     const output: Record<string, unknown> = {}
     for (let index = 0; index < names.length; index++) {
       const name = names[index]
@@ -144,7 +165,7 @@ export const make = <A, I>(schema: Schema.Schema<A, I, never>): PayloadCodec<A> 
       decode: (bytes, fresh) => decodeValue(fresh === true ? bytes : bytes.slice())
     }
   }
-  const plain = compilePlain(schema.ast)
+  const plain = compilePlain(schema.ast, true)
   const plainJson = compilePlainJson(schema.ast)
   return {
     encode: (value) => {

@@ -65,6 +65,8 @@ describe("PayloadCodec", () => {
       { name: "a", id: -0, inner: { label: "z", on: true, more: [1] } },
       { id: 1e21, name: "quote\" \\ \u2028 \u00e9 \ud83d\ude00 \ud800", inner: { on: true, label: "\n\t" } },
       { id: Infinity, name: "b", inner: { on: false, label: "" } },
+      { inner: { on: false, label: "" }, id: 2, name: "b" },
+      { id: 3, name: "c", inner: { label: "w", on: true } },
       { id: "1", name: "a", inner: { on: true, label: "x" } },
       { id: 1, name: "a", inner: null },
       { id: 1, name: "a" },
@@ -84,7 +86,13 @@ describe("PayloadCodec", () => {
         expect(encoded).toStrictEqual(viaSchema)
       }
       const bytes = Buffer.from(JSON.stringify(value), "utf8")
-      expect(codec.decode(bytes)).toStrictEqual(Schema.decodeUnknownEither(Plain)(JSON.parse(JSON.stringify(value))))
+      const decoded = codec.decode(bytes)
+      const decodedViaSchema = Schema.decodeUnknownEither(Plain)(JSON.parse(JSON.stringify(value)))
+      expect(decoded).toStrictEqual(decodedViaSchema)
+      // The same keys in the same order (a decoded value may be JSON.parse's own object).
+      if (Either.isRight(decoded) && Either.isRight(decodedViaSchema)) {
+        expect(JSON.stringify(decoded.right)).toBe(JSON.stringify(decodedViaSchema.right))
+      }
     })
   })
 })

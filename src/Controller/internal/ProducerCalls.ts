@@ -14,6 +14,7 @@ import type { FrameTooLarge } from "../../Protocol/Errors.js"
 import type { ReliableDeliveryStage } from "../../Protocol/Failure.js"
 import type { PayloadCodec } from "../../Protocol/PayloadCodec.js"
 import type { AckRejectedAction, AnswerAction, HandshakeEvent, ProduceItem } from "./ProducerHandshake.js"
+import { isEitherOf } from "../../internal/IsEither.js"
 
 /** Why a produce call can fail. */
 export type ProduceError = ProducerContractError | PayloadEncodeError | FrameTooLarge
@@ -94,8 +95,9 @@ export const make = <A>(options: CallsOptions<A>): Calls<A> => {
     acknowledged: boolean
   ): Answer | Deferred.Deferred<ReadonlyArray<Stored>, ProducerContractError> => {
     if (options.stopped()) return Either.left(stoppedError(grant))
-    const encoded: Array<ProduceItem> = []
-    for (const item of items) {
+    const encoded: Array<ProduceItem> = new Array(items.length)
+    for (let index = 0; index < items.length; index++) {
+      const item = items[index]
       const invalid = options.check(grant, item.messageId, item.payload)
       if (invalid !== undefined) return Either.left(invalid)
       if (items.length === 1) {
@@ -110,7 +112,7 @@ export const make = <A>(options: CallsOptions<A>): Calls<A> => {
       }
       const refused = options.refuse?.(item.messageId, bytes.right.length)
       if (refused !== undefined) return Either.left(refused)
-      encoded.push({ messageId: item.messageId, payload: bytes.right })
+      encoded[index] = { messageId: item.messageId, payload: bytes.right }
     }
     const answered = findAnswer(
       dispatch({ _tag: acknowledged ? "ProduceAcked" : "Produce", grant, items: encoded, now: now() }),
@@ -129,7 +131,7 @@ export const make = <A>(options: CallsOptions<A>): Calls<A> => {
   const produceAll = (grant: RequestNext, items: ReadonlyArray<Item<A>>) =>
     Effect.suspend((): Effect.Effect<ReadonlyArray<Stored>, ProduceError> => {
       const answered = produceNow(grant, items, false)
-      return Either.isEither(answered) ? answered : Deferred.await(answered)
+      return isEitherOf(answered) ? answered : Deferred.await(answered)
     })
 
   const ackAll = (token: string) => void dispatch({ _tag: "AckAll", token, now: now() })
@@ -148,7 +150,7 @@ export const make = <A>(options: CallsOptions<A>): Calls<A> => {
     sendNow: (grant, items) => {
       // The durable answer comes with the completion of the store-and-accept step.
       const answered = produceNow(grant, items, true)
-      return Either.isEither(answered) ? answered : Deferred.await(answered)
+      return isEitherOf(answered) ? answered : Deferred.await(answered)
     },
     settle: (action) => {
       // The everyday volatile path answers in the fold and never waits: skip hashing its token.

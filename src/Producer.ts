@@ -3,7 +3,7 @@
  * demand, stores the message and completes the handshake. `requestNext`, `produce` and
  * `storedAck` are the contract underneath, for producers fed from their own recoverable source.
  */
-import { Effect, Either, PubSub, Stream } from "effect"
+import { Effect, Either, Exit, PubSub, Stream } from "effect"
 import type { Duration, Queue, Schema, Scope } from "effect"
 import * as ProducerController from "./Controller/ProducerController.js"
 import type { ProduceError, ProducerStats } from "./Controller/ProducerController.js"
@@ -239,14 +239,14 @@ export const makeEndpoint = <A>(
       })
     }
 
-    // One message: with a grant at hand and a volatile controller, the answer is an `Either`,
-    // which is already an effect; no further effect is allocated per send.
+    // One message: with a grant at hand and a volatile controller, the answer is settled in the
+    // call and handed back as an `Exit` (the runtime would turn a `Right` into one first).
     const send = (payload: A, sendOptions?: SendOptions): Effect.Effect<Stored, ProduceError> =>
       Effect.suspend((): Effect.Effect<Stored, ProduceError> => {
         const sent = sendStep([{ payload, messageId: sendOptions?.messageId ?? newMessageId() }], 0, undefined)
         if (!isEitherOf(sent)) return Effect.map(sent, (stored) => stored[0])
         const settled = sent as Either.Either<ReadonlyArray<Stored>, ProduceError>
-        return Either.isRight(settled) ? Either.right(settled.right[0]) : settled as Either.Either<never, ProduceError>
+        return Either.isRight(settled) ? Exit.succeed(settled.right[0]) : settled as Either.Either<never, ProduceError>
       })
 
     const sendAll = (messages: Iterable<{ readonly payload: A; readonly messageId?: string }>) =>

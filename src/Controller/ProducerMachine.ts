@@ -230,6 +230,11 @@ export const step = (state: ProducerState, event: ProducerEvent): Step => {
       completeHandshake(s, ProducerHandshake.storedAck(s, event.ack, out), event.now, out)
       break
     case "ProduceAcked":
+      // Volatile, unchunked: stored and acknowledged in this fold, with nothing in between.
+      if (!s.config.durable && unchunked(s, event.items)) {
+        onProduceAckedVolatile(s, event.grant, event.items, event.now, out)
+        break
+      }
       // Durable: one store-and-accept step; volatile: stored in this fold, acknowledged at once.
       onProduce(s, event.grant, event.items, true, event.now, out)
       if (!s.config.durable) completeHandshake(s, ProducerHandshake.ackAll(s, event.grant.token, out), event.now, out)
@@ -465,6 +470,46 @@ const onProduce = (
     messages[index] = { messageId: item.messageId, parts }
   }
   ProducerHandshake.stored(s, messageView, grant, messages, undefined, undefined, now, out)
+}
+
+/** True when no item needs chunks (each is one part, one wire seq). */
+const unchunked = (s: Draft, items: ReadonlyArray<ProduceItem>): boolean => {
+  const chunkSize = s.config.chunkSize
+  if (chunkSize === undefined) return true
+  for (const item of items) if (item.payload.length > chunkSize) return false
+  return true
+}
+
+/**
+ * The everyday volatile path (`ProduceAcked`, no chunks): the same answer, state and actions as
+ * `onProduce` followed by `AckAll`, without the stored-message values and the `Stored` handshake
+ * that would only live until the end of this fold.
+ */
+const onProduceAckedVolatile = (
+  s: Draft,
+  grant: RequestNext,
+  items: ReadonlyArray<ProduceItem>,
+  now: number,
+  out: Out
+): void => {
+  if (!ProducerHandshake.admitProduce(s, grant, items, out)) {
+    // Not this grant's first answer: acknowledge the handshake it names, as `AckAll` does.
+    return completeHandshake(s, ProducerHandshake.ackAll(s, grant.token, out), now, out)
+  }
+  const seqs: Array<number> = new Array(items.length)
+  for (let index = 0; index < items.length; index++) seqs[index] = ++s.lastStoreSeq
+  ProducerHandshake.storedAndCompleted(s, grant, items, seqs, out)
+  let seq = lastSeq(s)
+  let unconfirmed = s.unconfirmed
+  for (let index = 0; index < items.length; index++) {
+    const item = items[index]
+    seq++
+    unconfirmed = unconfirmed.append({ storeSeq: seqs[index], message: sequenced(s, item.messageId, seq, item.payload, undefined) })
+  }
+  s.unconfirmed = unconfirmed
+  if (items.length > 0) s.lastParts = 1
+  sendWithinDemand(s, out)
+  offerGrantIfDue(s, now, out)
 }
 
 /** Splits an encoded payload into chunks when it exceeds the chunk size. */

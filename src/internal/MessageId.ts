@@ -22,6 +22,15 @@ for (let byte = 0; byte < 256; byte++) {
 /** The id is written here as ASCII and read out as one flat string (no concatenations). */
 const text = Buffer.alloc(36, 0x2d)
 
+/**
+ * Reads the id out: Buffer's own latin1 reader where the runtime has it (Node does), skipping
+ * `toString`'s encoding dispatch; `toString` otherwise.
+ */
+const latin1Slice = (Buffer.prototype as unknown as { readonly latin1Slice?: (start: number, end: number) => string }).latin1Slice
+const readText: () => string = typeof latin1Slice === "function"
+  ? () => latin1Slice.call(text, 0, 36)
+  : () => text.toString("latin1", 0, 36)
+
 const put = (position: number, byte: number): void => {
   text[position] = hexDigits[2 * byte]
   text[position + 1] = hexDigits[2 * byte + 1]
@@ -42,28 +51,33 @@ const randomByte = (): number => {
 let lastMillis = -1
 let counter = 0
 
-/** A fresh, time-ordered message id (a UUID version 7 string). */
-export const newMessageId = (): string => {
-  const now = Date.now()
-  if (now > lastMillis) {
-    lastMillis = now
-    counter = ((randomByte() << 8) | randomByte()) & 0x7ff
-  } else if (++counter > 0xfff) {
-    lastMillis++
-    counter = 0
-  }
-  const high = Math.floor(lastMillis / 0x10000)
-  const low = lastMillis % 0x10000
+/** The time part is written once per millisecond: the ids of one millisecond share it. */
+const putMillis = (millis: number): void => {
+  lastMillis = millis
+  const high = Math.floor(millis / 0x10000)
+  const low = millis % 0x10000
   put(0, (high >>> 24) & 0xff)
   put(2, (high >>> 16) & 0xff)
   put(4, (high >>> 8) & 0xff)
   put(6, high & 0xff)
   put(9, low >>> 8)
   put(11, low & 0xff)
+}
+
+/** A fresh, time-ordered message id (a UUID version 7 string). */
+export const newMessageId = (): string => {
+  const now = Date.now()
+  if (now > lastMillis) {
+    counter = ((randomByte() << 8) | randomByte()) & 0x7ff
+    putMillis(now)
+  } else if (++counter > 0xfff) {
+    counter = 0
+    putMillis(lastMillis + 1)
+  }
   put(14, 0x70 | (counter >>> 8))
   put(16, counter & 0xff)
   put(19, 0x80 | (randomByte() & 0x3f))
   put(21, randomByte())
   for (let index = 0; index < 6; index++) put(24 + 2 * index, randomByte())
-  return text.toString("latin1", 0, 36)
+  return readText()
 }

@@ -716,3 +716,37 @@ describe("ProducerMachine", () => {
     })
   })
 })
+
+describe("volatile ProduceAcked", () => {
+  const bound = (overrides: Partial<ProducerConfig> = {}) =>
+    run(Machine.initial(config(overrides), 0).state, verified(), request(0, 10)).state
+
+  /** A plain comparable view of a fold's outcome. */
+  const view = (outcome: { readonly state: ProducerState; readonly actions: ReadonlyArray<ProducerAction> }) =>
+    JSON.parse(JSON.stringify({ ...outcome, state: { ...outcome.state, unconfirmed: outcome.state.unconfirmed.toArray() } }))
+
+  it.each([
+    ["one message", undefined, ["a"]],
+    ["a batch", undefined, ["a", "bb", "ccc"]],
+    ["chunked messages (the general path)", 1024, ["a", "x".repeat(3000)]]
+  ] as const)("%s: the same state and actions as Produce then AckAll", (_, chunkSize, payloads) => {
+    const state = bound({ chunkSize })
+    const grant = grantOf(state)
+    const items = payloads.map((payload, index) => ({ messageId: `m${index}`, payload: bytes(payload) }))
+    const acked = run(state, { _tag: "ProduceAcked", grant, items, now: 7 })
+    const twoSteps = run(state, { _tag: "Produce", grant, items, now: 7 }, { _tag: "AckAll", token: grant.token, now: 7 })
+    expect(view(acked)).toEqual(view(twoSteps))
+    expect(tags(acked.actions)).toContain("Completed")
+  })
+
+  it("a repeat of a stored single message answers it again and completes its handshake", () => {
+    const state = bound()
+    const grant = grantOf(state)
+    const items = [{ messageId: "m", payload: bytes("a") }]
+    const stored = run(state, { _tag: "Produce", grant, items, now: 1 })
+    const repeated = run(stored.state, { _tag: "ProduceAcked", grant, items, now: 2 })
+    const acked = run(stored.state, { _tag: "AckAll", token: grant.token, now: 2 })
+    expect(tags(repeated.actions)).toEqual(["Answer", ...tags(acked.actions)])
+    expect(view({ state: repeated.state, actions: [] })).toEqual(view({ state: acked.state, actions: [] }))
+  })
+})

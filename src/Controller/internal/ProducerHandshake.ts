@@ -280,6 +280,36 @@ export const stored = <M>(
   return handshake
 }
 
+/**
+ * A volatile machine's produce-and-acknowledge (`ProduceAcked`): the messages are stored and
+ * acknowledged in the same fold, so the caller is answered `Stored` for each and the handshake
+ * ends at once, exactly as `stored` then `ackAll` then `complete` would, without the `Stored`
+ * handshake in between. `seqs[index]` is the store seq of `items[index]`.
+ */
+export const storedAndCompleted = <M>(
+  s: HandshakeDraft<M>,
+  grant: RequestNext,
+  items: ReadonlyArray<ProduceItem>,
+  seqs: ReadonlyArray<number>,
+  out: Sink
+): void => {
+  const answers: Array<Stored> = new Array(items.length)
+  for (let index = 0; index < items.length; index++) {
+    answers[index] = new Stored({
+      endpoint: s.config.endpoint,
+      controller: s.config.incarnation,
+      token: grant.token,
+      messageId: items[index].messageId,
+      seq: seqs[index],
+      alreadyStored: false
+    })
+  }
+  answer(grant.token, Either.right(answers), out)
+  s.handshake = idle
+  s.lastCompletedToken = grant.token
+  out.push({ _tag: "Completed", token: grant.token })
+}
+
 /** The store in progress. */
 export type StoringHandshake = Extract<Handshake<never>, { readonly _tag: "Storing" }>
 

@@ -20,6 +20,7 @@ export const cases: Record<string, Case> = {
   "baseline": () => run(Baseline.queueHop(1_000_000)),
   "p2p-send-100k": () => run(PointToPoint.send(100_000)),
   "p2p-send-1m": () => run(PointToPoint.send(1_000_000)),
+  "p2p-send-10m": () => run(PointToPoint.send(10_000_000)),
   "p2p-sendAll-1m": () => run(PointToPoint.sendAll(1_000_000)),
   "p2p-sendAll-1m-w1000": () => run(PointToPoint.sendAll(1_000_000, 1000)),
   "durable-sqlite-send-20k": () => run(Durable.sqliteSend(20_000)),

@@ -36,6 +36,10 @@ import {
   inRuns,
   isFastPathMiss,
   mapSqlError,
+  pgByteaArray,
+  pgInt2Array,
+  pgInt8Array,
+  pgTextArray,
   toBytes,
   toNumber,
   toParam,
@@ -129,7 +133,7 @@ const selectJobs = ({ entries, name, sql }: Queue, ids: ReadonlyArray<string>) =
     sql,
     ids,
     (all) =>
-      sql<JobRow>`SELECT e.seq, e.message_id, e.payload, e.state FROM unnest(${all}::text[]) AS i(id)
+      sql<JobRow>`SELECT e.seq, e.message_id, e.payload, e.state FROM unnest(${pgTextArray(all)}::text[]) AS i(id)
         CROSS JOIN LATERAL (
           SELECT seq, message_id, payload, state FROM ${entries} WHERE queue = ${name} AND message_id = i.id OFFSET 0
         ) AS e`,
@@ -144,7 +148,7 @@ const selectStates = ({ entries, name, sql }: Queue, ids: ReadonlyArray<string>)
     sql,
     ids,
     (all) =>
-      sql<StateRow>`SELECT e.seq, e.message_id, e.state FROM unnest(${all}::text[]) AS i(id)
+      sql<StateRow>`SELECT e.seq, e.message_id, e.state FROM unnest(${pgTextArray(all)}::text[]) AS i(id)
         CROSS JOIN LATERAL (
           SELECT seq, message_id, state FROM ${entries} WHERE queue = ${name} AND message_id = i.id OFFSET 0
         ) AS e`,
@@ -162,8 +166,8 @@ const insertJobs = ({ entries, name, sql }: Queue, jobs: ReadonlyArray<StoredJob
       sql`INSERT INTO ${entries} (queue, seq, message_id, payload, state)
         SELECT ${name}, r.seq, r.message_id, r.payload, r.state
         FROM unnest(
-          ${all.map((job) => job.entry.seq)}::bigint[], ${all.map((job) => job.entry.messageId)}::text[],
-          ${all.map((job) => toParam(job.entry.payload))}::bytea[], ${all.map((job) => stateCode(job.state))}::smallint[]
+          ${pgInt8Array(all.map((job) => job.entry.seq))}::bigint[], ${pgTextArray(all.map((job) => job.entry.messageId))}::text[],
+          ${pgByteaArray(all.map((job) => job.entry.payload))}::bytea[], ${pgInt2Array(all.map((job) => stateCode(job.state)))}::smallint[]
         ) AS r(seq, message_id, payload, state)`,
     (run) =>
       sql`INSERT INTO ${entries} ${
@@ -186,7 +190,7 @@ const setState = ({ entries, name, sql }: Queue, seqs: ReadonlyArray<number>, to
   inRuns(
     sql,
     seqs,
-    (all) => sql`UPDATE ${entries} SET ${stepSet(sql, to)} WHERE queue = ${name} AND seq = ANY(${all}::bigint[])`,
+    (all) => sql`UPDATE ${entries} SET ${stepSet(sql, to)} WHERE queue = ${name} AND seq = ANY(${pgInt8Array(all)}::bigint[])`,
     (run) => sql`UPDATE ${entries} SET ${stepSet(sql, to)} WHERE queue = ${name} AND seq IN ${sql.in(run)}`
   )
 
@@ -275,8 +279,8 @@ const storeFast = (
       INSERT INTO ${entries} (queue, seq, message_id, payload, state)
       SELECT ${name}, q.base + r.seq, r.message_id, r.payload, r.state
       FROM q, unnest(
-        ${jobs.map((job) => job.entry.messageId)}::text[], ${jobs.map((job) => toParam(job.entry.payload))}::bytea[],
-        ${jobs.map((job) => stateCode(job.state))}::smallint[]
+        ${pgTextArray(jobs.map((job) => job.entry.messageId))}::text[], ${pgByteaArray(jobs.map((job) => job.entry.payload))}::bytea[],
+        ${pgInt2Array(jobs.map((job) => stateCode(job.state)))}::smallint[]
       ) WITH ORDINALITY AS r(message_id, payload, state, seq)
       RETURNING 1
     )
@@ -353,7 +357,7 @@ const advanceManyFast = (
   sql<{ readonly epoch: number | string | null; readonly found: number | string }>`WITH q AS (
       SELECT epoch FROM ${queues} WHERE name = ${name} FOR KEY SHARE
     ), found AS (
-      SELECT e.seq, e.state FROM unnest(${ids}::text[]) AS i(id)
+      SELECT e.seq, e.state FROM unnest(${pgTextArray(ids)}::text[]) AS i(id)
       CROSS JOIN LATERAL (
         SELECT seq, state FROM ${entries} WHERE queue = ${name} AND message_id = i.id OFFSET 0
       ) AS e

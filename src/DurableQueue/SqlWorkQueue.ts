@@ -346,7 +346,9 @@ const advanceOneFast = ({ entries, name, queues, sql }: Queue, epoch: QueueEpoch
 /**
  * PostgreSQL, one statement: advance several jobs when the epoch holds and every id may take the
  * step (a failed batch must write nothing); otherwise write nothing and return false. The jobs are
- * found id by id (a lateral subquery) and updated by seq, so the plan never scans the queue.
+ * found id by id (a lateral subquery) and updated by the row versions found (a TID scan, no second
+ * index probe per job), so the plan never scans the queue. A version another transaction replaced
+ * meanwhile is rechecked as usual: only jobs still in the state before `to` take the step.
  */
 const advanceManyFast = (
   { entries, name, queues, sql }: Queue,
@@ -357,15 +359,15 @@ const advanceManyFast = (
   sql<{ readonly epoch: number | string | null; readonly found: number | string }>`WITH q AS (
       SELECT epoch FROM ${queues} WHERE name = ${name} FOR KEY SHARE
     ), found AS (
-      SELECT e.seq, e.state FROM unnest(${pgTextArray(ids)}::text[]) AS i(id)
+      SELECT e.ctid, e.state FROM unnest(${pgTextArray(ids)}::text[]) AS i(id)
       CROSS JOIN LATERAL (
-        SELECT seq, state FROM ${entries} WHERE queue = ${name} AND message_id = i.id OFFSET 0
+        SELECT ctid, state FROM ${entries} WHERE queue = ${name} AND message_id = i.id OFFSET 0
       ) AS e
     ), counted AS (
       SELECT count(*) AS n FROM found WHERE state >= ${to - 1}
     ), updated AS (
       UPDATE ${entries} SET ${stepSet(sql, to)}
-      WHERE queue = ${name} AND seq = ANY(ARRAY(SELECT seq FROM found WHERE state = ${to - 1})) AND state = ${to - 1}
+      WHERE ctid = ANY(ARRAY(SELECT ctid FROM found WHERE state = ${to - 1})) AND queue = ${name} AND state = ${to - 1}
         AND (SELECT epoch FROM q) = ${epoch} AND (SELECT n FROM counted) = ${ids.length}
       RETURNING 1
     )

@@ -5,11 +5,11 @@
  * unconfirmed, resubmits its whole source (first write wins: nothing is stored or dispatched
  * twice) and the flow continues to the end.
  */
-import { describe, expect, it } from "@effect/vitest"
+import { expect, it } from "@effect/vitest"
 import { SqlClient } from "@effect/sql/SqlClient"
 import { Duration, Effect } from "effect"
 import * as Path from "node:path"
-import { dropTables, pgClientLayer, probePostgres, uniqueSuffix } from "./DurableQueue/SqlTestSupport.js"
+import { dropTables, pgClientLayer, describePostgres, probePostgres, uniqueSuffix } from "./DurableQueue/SqlTestSupport.js"
 import { countLines, readLog, spawnNode, tempDir } from "./support/Processes.js"
 
 const probe = await probePostgres
@@ -93,16 +93,6 @@ const run = () => it.live("a producer process killed mid-flow: a new process on 
     expect(duplicates).toBeLessThanOrEqual(deliveredBeforeCrash + window - confirmedAtCrash)
   }).pipe(Effect.scoped), 180_000)
 
-describe("durable producer crash across processes (PostgreSQL)", () => {
-  if (probe.reachable) {
-    run()
-  } else if (process.env.CI === "true") {
-    it("PostgreSQL is reachable (required under CI)", () => {
-      throw new Error(`PostgreSQL at RELIABLE_PG_URL is unreachable under CI: ${probe.reason}`)
-    })
-  } else {
-    it("skipped: PostgreSQL is unreachable", () => {
-      console.log(`skipping the PostgreSQL crash test: ${probe.reason}`)
-    })
-  }
+describePostgres(probe, "durable producer crash across processes (PostgreSQL)", () => {
+  run()
 })

@@ -18,7 +18,7 @@ import { Produced } from "../src/Protocol/Contract.js"
 import * as ReliableSystem from "../src/ReliableSystem.js"
 import * as MemoryTransport from "../src/Transport/MemoryTransport.js"
 import * as WorkPulling from "../src/WorkPulling.js"
-import { dropTables, pgClientLayer, pgUrl, probePostgres, uniqueSuffix } from "./DurableQueue/SqlTestSupport.js"
+import { describePostgres, dropTables, pgClientLayer, probePostgres, uniqueSuffix } from "./DurableQueue/SqlTestSupport.js"
 import { settle } from "./support/Harness.js"
 
 const Job = Schema.Struct({ n: Schema.Number })
@@ -262,29 +262,15 @@ describe("work-pulling with a durable work queue", () => {
 })
 
 const probe = await probePostgres
-const redactedUrl = pgUrl.replace(/\/\/[^@/]*@/, "//***@")
 
-if (probe.reachable) {
-  describe("work-pulling with a durable work queue on PostgreSQL", () => {
-    it.scoped("a respawned producer re-dispatches exactly the accepted, unconfirmed jobs", () => {
-      const tablePrefix = `wp_${uniqueSuffix()}_`
-      return Effect.gen(function*() {
-        const context = yield* Layer.build(pgClientLayer())
-        yield* Effect.addFinalizer(() => Effect.orDie(Effect.provide(dropTables(tablePrefix), context)))
-        const queue = yield* Effect.provide(SqlWorkQueue.make({ queueName: `jobs-${uniqueSuffix()}`, tablePrefix }), context)
-        yield* reloadScenario(queue)
-      }).pipe(Effect.provide(system()))
-    }, 60_000)
-  })
-} else if (process.env.CI === "true") {
-  describe("work-pulling with a durable work queue on PostgreSQL", () => {
-    it("PostgreSQL is reachable (required under CI)", () => {
-      throw new Error(`PostgreSQL at ${redactedUrl} is unreachable: ${probe.reason}`)
-    })
-  })
-} else {
-  console.log(`skipping the PostgreSQL work-pulling reload test: ${redactedUrl} is unreachable (${probe.reason})`)
-  describe.skip("work-pulling with a durable work queue on PostgreSQL", () => {
-    it("needs PostgreSQL", () => {})
-  })
-}
+describePostgres(probe, "work-pulling with a durable work queue on PostgreSQL", () => {
+  it.scoped("a respawned producer re-dispatches exactly the accepted, unconfirmed jobs", () => {
+    const tablePrefix = `wp_${uniqueSuffix()}_`
+    return Effect.gen(function*() {
+      const context = yield* Layer.build(pgClientLayer())
+      yield* Effect.addFinalizer(() => Effect.orDie(Effect.provide(dropTables(tablePrefix), context)))
+      const queue = yield* Effect.provide(SqlWorkQueue.make({ queueName: `jobs-${uniqueSuffix()}`, tablePrefix }), context)
+      yield* reloadScenario(queue)
+    }).pipe(Effect.provide(system()))
+  }, 60_000)
+})

@@ -4,14 +4,14 @@
  * SIGKILLed (the producer relocates), and a producer's node SIGSTOPped past its lease and
  * continued after its producer moved (its stale controller is fenced).
  */
-import { describe, expect, it } from "@effect/vitest"
+import { expect, it } from "@effect/vitest"
 import { Duration, Effect, Layer, Option, Queue } from "effect"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
 import * as PgClusterRegistry from "../../src/Cluster/PgClusterRegistry.js"
 import type { DeliveryConfirmed } from "../../src/Protocol/Contract.js"
 import * as WorkPulling from "../../src/WorkPulling.js"
-import { pgClientLayer, probePostgres, uniqueSuffix } from "../DurableQueue/SqlTestSupport.js"
+import { pgClientLayer, describePostgres, probePostgres, uniqueSuffix } from "../DurableQueue/SqlTestSupport.js"
 import { countLines, tempDir } from "../support/Processes.js"
 import { Job } from "../fixtures/ClusterJob.js"
 import { eventually } from "./ClusterWorld.js"
@@ -126,43 +126,35 @@ const producerNodePaused = Effect.gen(function*() {
   return { failed, all, jobs, window, statsA, statsB, statsC, record, nodes }
 })
 
-describe("cluster mode across processes (PostgreSQL)", () => {
-  if (probe.reachable) {
-    it.live("workers on two nodes; one node SIGKILLed mid-stream: every job confirmed, its unconfirmed jobs redone on the other with their ids", () =>
-      Effect.gen(function*() {
-        const { final, hangAfter, jobs, logB, logC } = yield* workerNodeKilled
-        // b logged its last job and hung on it: never confirmed there, it must have been redone on c
-        expect(logB.length).toBe(hangAfter)
-        expect(logC).toContain(logB[hangAfter - 1])
-        expect(new Set([...logB, ...logC]).size).toBe(jobs)
-        expect(final.requeued).toBeGreaterThanOrEqual(1)
-        expect(final.workers).toBe(1)
-      }).pipe(Effect.scoped), 120_000)
+describePostgres(probe, "cluster mode across processes (PostgreSQL)", () => {
+  it.live("workers on two nodes; one node SIGKILLed mid-stream: every job confirmed, its unconfirmed jobs redone on the other with their ids", () =>
+    Effect.gen(function*() {
+      const { final, hangAfter, jobs, logB, logC } = yield* workerNodeKilled
+      // b logged its last job and hung on it: never confirmed there, it must have been redone on c
+      expect(logB.length).toBe(hangAfter)
+      expect(logC).toContain(logB[hangAfter - 1])
+      expect(new Set([...logB, ...logC]).size).toBe(jobs)
+      expect(final.requeued).toBeGreaterThanOrEqual(1)
+      expect(final.workers).toBe(1)
+    }).pipe(Effect.scoped), 120_000)
 
-    it.live("a durable producer's node SIGKILLed: the producer relocates within a few leases and every accepted job is confirmed", () =>
-      Effect.gen(function*() {
-        const { jobs, processed, relocatedAfterMs } = yield* producerNodeKilled
-        expect(relocatedAfterMs).toBeLessThan(6 * leaseMs)
-        expect(processed.size).toBe(jobs)
-      }).pipe(Effect.scoped), 120_000)
+  it.live("a durable producer's node SIGKILLed: the producer relocates within a few leases and every accepted job is confirmed", () =>
+    Effect.gen(function*() {
+      const { jobs, processed, relocatedAfterMs } = yield* producerNodeKilled
+      expect(relocatedAfterMs).toBeLessThan(6 * leaseMs)
+      expect(processed.size).toBe(jobs)
+    }).pipe(Effect.scoped), 120_000)
 
-    it.live("a producer's node SIGSTOPped past its lease and continued: its stale controller is fenced, the flow on the new node is unaffected", () =>
-      Effect.gen(function*() {
-        const { all, failed, jobs, nodes, record, statsA, statsB, statsC, window } = yield* producerNodePaused
-        expect(failed).toMatch(/^dispatcher (Protocol ReliableOwnershipLost|Store QueueFenced|Accept QueueFenced|Confirm QueueFenced)$/)
-        expect(statsA.dispatchersStarted).toBe(1)
-        expect(statsB.failures + statsC.failures).toBe(0)
-        expect(statsB.dispatchersStarted + statsC.dispatchersStarted).toBe(1)
-        expect(nodes).toContain(record?.node)
-        expect(new Set(all).size).toBe(jobs)
-        // at least once: only jobs that were in flight (unconfirmed) when the producer moved come twice
-        expect(all.length - jobs).toBeLessThanOrEqual(4 * 2 * window)
-      }).pipe(Effect.scoped), 120_000)
-  } else if (process.env.CI === "true") {
-    it("PostgreSQL is reachable (required under CI)", () => {
-      throw new Error(`PostgreSQL at RELIABLE_PG_URL is unreachable under CI: ${probe.reason}`)
-    })
-  } else {
-    it.skip(`PostgreSQL unreachable, skipped: ${probe.reason}`, () => {})
-  }
+  it.live("a producer's node SIGSTOPped past its lease and continued: its stale controller is fenced, the flow on the new node is unaffected", () =>
+    Effect.gen(function*() {
+      const { all, failed, jobs, nodes, record, statsA, statsB, statsC, window } = yield* producerNodePaused
+      expect(failed).toMatch(/^dispatcher (Protocol ReliableOwnershipLost|Store QueueFenced|Accept QueueFenced|Confirm QueueFenced)$/)
+      expect(statsA.dispatchersStarted).toBe(1)
+      expect(statsB.failures + statsC.failures).toBe(0)
+      expect(statsB.dispatchersStarted + statsC.dispatchersStarted).toBe(1)
+      expect(nodes).toContain(record?.node)
+      expect(new Set(all).size).toBe(jobs)
+      // at least once: only jobs that were in flight (unconfirmed) when the producer moved come twice
+      expect(all.length - jobs).toBeLessThanOrEqual(4 * 2 * window)
+    }).pipe(Effect.scoped), 120_000)
 })

@@ -3,11 +3,11 @@
  * empty arrays, non-ASCII and empty text, empty and non-UTF-8 bytes, 64-bit seqs up to the
  * largest safe integer and negative smallints.
  */
-import { describe, expect, it } from "@effect/vitest"
+import { expect, it } from "@effect/vitest"
 import { SqlClient } from "@effect/sql/SqlClient"
 import { Effect } from "effect"
 import { pgByteaArray, pgInt2Array, pgInt8Array, pgTextArray } from "../../src/DurableQueue/internal/SqlSupport.js"
-import { pgClientLayer, probePostgres } from "./SqlTestSupport.js"
+import { pgClientLayer, describePostgres, probePostgres } from "./SqlTestSupport.js"
 
 const probe = await probePostgres
 
@@ -18,18 +18,7 @@ const roundTrip = <A>(parameter: Buffer, cast: string, column: (row: Record<stri
     return rows.map(column)
   }).pipe(Effect.provide(pgClientLayer()))
 
-describe("PostgreSQL binary array parameters", () => {
-  if (!probe.reachable) {
-    if (process.env.CI === "true") {
-      it("PostgreSQL is reachable (required under CI)", () => {
-        throw new Error(`PostgreSQL at RELIABLE_PG_URL is unreachable under CI: ${probe.reason}`)
-      })
-    } else {
-      it("skipped: PostgreSQL is unreachable", () => console.log(`skipping binary array tests: ${probe.reason}`))
-    }
-    return
-  }
-
+describePostgres(probe, "PostgreSQL binary array parameters", () => {
   it.effect("text[]", () =>
     Effect.gen(function*() {
       const ids = ["order-1", "", "ünïcødé ✓ 注文", "quote ' and \" and \\ and {,}", "0192f0c4-7b1e-7cc0-8000-000000000000"]

@@ -8,18 +8,17 @@ import * as SqlProducerQueue from "../../src/DurableQueue/SqlProducerQueue.js"
 import * as SqlWorkQueue from "../../src/DurableQueue/SqlWorkQueue.js"
 import { workQueueConformance } from "../../src/DurableQueue/WorkQueueConformance.js"
 import {
+  describePostgres,
   dropTables,
   freshProducerQueue,
   freshWorkQueue,
   pgClientLayer,
-  pgUrl,
   probePostgres,
   sharedClient,
   uniqueSuffix
 } from "./SqlTestSupport.js"
 
 const probe = await probePostgres
-const redactedUrl = pgUrl.replace(/\/\/[^@/]*@/, "//***@")
 
 const suites = () => {
   // a table prefix of its own: parallel test files and runs never collide, and cleanup is exact
@@ -108,17 +107,4 @@ const suites = () => {
   })
 }
 
-if (probe.reachable) {
-  suites()
-} else if (process.env.CI === "true") {
-  describe("SQL queues on PostgreSQL", () => {
-    it("PostgreSQL is reachable (required under CI)", () => {
-      throw new Error(`PostgreSQL at ${redactedUrl} is unreachable: ${probe.reason}`)
-    })
-  })
-} else {
-  console.log(`skipping the PostgreSQL durable queue tests: ${redactedUrl} is unreachable (${probe.reason})`)
-  describe.skip("SQL queues on PostgreSQL", () => {
-    it("needs PostgreSQL", () => {})
-  })
-}
+describePostgres(probe, "durable queues on PostgreSQL (conformance and SQL specifics)", suites)

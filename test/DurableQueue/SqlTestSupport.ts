@@ -4,7 +4,7 @@
  */
 import { SqlClient } from "@effect/sql/SqlClient"
 import { PgClient } from "@effect/sql-pg"
-import { afterAll, beforeAll } from "@effect/vitest"
+import { afterAll, beforeAll, describe, it } from "@effect/vitest"
 import { Context, Duration, Effect, Exit, Layer, Redacted, Scope } from "effect"
 import { randomUUID } from "node:crypto"
 import type { DurableProducerQueue } from "../../src/DurableQueue/DurableProducerQueue.js"
@@ -88,3 +88,29 @@ export const probePostgres: Promise<{ readonly reachable: true } | { readonly re
       )
     )
   )
+
+const redactedUrl = pgUrl.replace(/\/\/[^@/]*@/, "//***@")
+
+/**
+ * Declares the suite `name` when PostgreSQL answered the probe. Otherwise, under CI (`CI=true`),
+ * one test that fails saying why; elsewhere one skipped test and a log line saying why.
+ */
+export const describePostgres = (
+  probe: Awaited<typeof probePostgres>,
+  name: string,
+  suite: () => void
+): void => {
+  if (probe.reachable) return void describe(name, suite)
+  const why = `PostgreSQL at ${redactedUrl} is unreachable: ${probe.reason}`
+  if (process.env.CI === "true") {
+    return void describe(name, () => {
+      it("PostgreSQL is reachable (required under CI)", () => {
+        throw new Error(why)
+      })
+    })
+  }
+  console.log(`skipping "${name}": ${why}`)
+  describe(name, () => {
+    it.skip(`skipped: ${why}`, () => {})
+  })
+}

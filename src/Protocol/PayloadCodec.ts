@@ -136,8 +136,11 @@ export const compilePlainJson = (ast: SchemaAST.AST): PlainJson | undefined => {
           text = typeof value === "string" ? JSON.stringify(value) : undefined
           break
         case "number":
-          // JSON writes a finite number as String does, and anything else as null.
-          text = typeof value === "number" ? (Number.isFinite(value) ? String(value) : "null") : undefined
+          // JSON.stringify, not String: String(number) goes through V8's number-to-string
+          // cache, which keeps each result alive until the cache slot is reused, long enough
+          // to be promoted to the old generation (one string per message, collected only by
+          // full collections).
+          text = typeof value === "number" ? JSON.stringify(value) : undefined
           break
         case "boolean":
           text = typeof value === "boolean" ? (value ? "true" : "false") : undefined

@@ -116,7 +116,9 @@ export const offerGrant = <M>(s: HandshakeDraft<M>, now: number, out: Sink): voi
   const grant = new RequestNext({
     endpoint: s.config.endpoint,
     controller: s.config.incarnation,
-    token: `${s.config.incarnation}:${s.grantCount}`
+    // Base 36: a base-10 conversion goes through V8's number-to-string cache, which keeps each
+    // result alive long enough to be promoted (one old-generation string per grant).
+    token: `${s.config.incarnation}:${s.grantCount.toString(36)}`
   })
   s.handshake = { _tag: "Granted", grant, offeredAt: now }
   out.push({ _tag: "Offer", grant })

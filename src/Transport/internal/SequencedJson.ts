@@ -22,12 +22,16 @@ const Quote = 0x22
 const Backslash = 0x5c
 const CloseBrace = 0x7d
 
-/** The header JSON for `message`, in the layout `readHeader` recognises. */
+/**
+ * The header JSON for `message`, in the layout `readHeader` recognises. The seq is written with
+ * JSON.stringify: a plain template conversion goes through V8's number-to-string cache, which
+ * keeps one string per message alive long enough to be promoted to the old generation.
+ */
 export const writeHeader = (message: SequencedMessage): string => {
   const chunk = message.chunk
   return `{"_tag":"SequencedMessage","sessionId":${JSON.stringify(message.sessionId)},"messageId":${
     JSON.stringify(message.messageId)
-  },"seq":${message.seq}${chunk === undefined ? "" : `,"chunk":{"first":${chunk.first},"last":${chunk.last}}`}}`
+  },"seq":${JSON.stringify(message.seq)}${chunk === undefined ? "" : `,"chunk":{"first":${chunk.first},"last":${chunk.last}}`}}`
 }
 
 /** The parsed header: every field of a `SequencedMessage` but the payload. */

@@ -1,16 +1,20 @@
 /**
  * Large messages end to end on the memory transport under TestClock: sizes around the chunk
  * size, the minimum chunk size, one Stored and one DeliveryConfirmed per business message, the
- * window-too-small failure, the chunkSize bounds, and binary payloads.
+ * window-too-small failure, the chunkSize bounds, binary payloads, and the producer's recycled
+ * snapshot buffers.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Chunk, Effect, Layer, Queue, Schema } from "effect"
+import { Chunk, Context, Effect, Exit, Layer, Queue, Schema, Scope } from "effect"
 import * as Consumer from "../src/Consumer.js"
 import { MaxChunkSize, MinChunkSize } from "../src/index.js"
 import * as Producer from "../src/Producer.js"
 import * as ReliableSystem from "../src/ReliableSystem.js"
 import type { ReliableDeliveryFailed } from "../src/Protocol/Failure.js"
+import * as FaultyTransport from "../src/Transport/FaultyTransport.js"
+import * as RecyclingTransports from "../src/Transport/internal/RecyclingTransports.js"
 import * as MemoryTransport from "../src/Transport/MemoryTransport.js"
+import { Transport } from "../src/Transport/Transport.js"
 import { advanceUntil, layerRecording, onMicrotasks, recorded } from "./support/Harness.js"
 
 const Blob = Schema.Uint8ArrayFromSelf
@@ -162,4 +166,79 @@ describe("chunking (memory transport)", () => {
       same(seen[0].payload, blob(3000, 3))
       same(seen[1].payload, blob(500, 4))
     }).pipe(Effect.provide(layerRecording())))
+
+  describe("recycled snapshots (plain memory transport)", () => {
+    const memory = () => ReliableSystem.layer().pipe(Layer.provideMerge(MemoryTransport.layerMemory))
+
+    /** Sizes around multiples of 1024 in an order that lets a confirmed message's buffer take a later one. */
+    const sizes = [3072, 3071, 3073, 2049, 2048, 4096, 3072, 1025, 4095, 3000, 2049, 1024, 4096, 3073, 3072, 2500]
+
+    it.scoped("one array reused by the caller for every send: each delivery is what that send saw", () =>
+      Effect.gen(function*() {
+        const { producer, seen } = yield* blobFlow({ chunkSize: 1024, window: 8 })
+        const reused = new Uint8Array(4096)
+        for (let round = 0; round < 3; round++) {
+          for (const [index, size] of sizes.entries()) {
+            const salt = round * sizes.length + index
+            reused.set(blob(size, salt))
+            yield* producer.send(reused.subarray(0, size), { messageId: `m${salt}` })
+            reused.fill(0xee)
+          }
+        }
+        yield* advanceUntil(() => seen.length === 3 * sizes.length, 50, 20_000)
+        for (const [salt, entry] of seen.entries()) {
+          expect(entry.messageId).toBe(`m${salt}`)
+          same(entry.payload, blob(sizes[salt % sizes.length], salt))
+        }
+      }).pipe(Effect.provide(memory())))
+
+    it.scoped("a consumer restarted mid-stream: chunks sent again to the new consumer still carry their own bytes", () =>
+      Effect.gen(function*() {
+        const producer = yield* Producer.make({ name: "p", consumer: "c", payload: Blob, chunkSize: 1024 })
+        const seen: Array<Seen> = []
+        const start = Effect.gen(function*() {
+          const scope = yield* Scope.make()
+          const consumer = yield* Consumer.make({ name: "c", producer: "p", payload: Blob, window: 8 }).pipe(Scope.extend(scope))
+          yield* Effect.forkIn(
+            consumer.run((delivery) => Effect.sync(() => void seen.push({ messageId: delivery.messageId, seq: delivery.seq, payload: delivery.payload }))),
+            scope
+          )
+          return scope
+        })
+        let scope = yield* start
+        const total = 3 * sizes.length
+        yield* Effect.forkScoped(Effect.forEach(
+          Array.from({ length: total }, (_, salt) => salt),
+          (salt) => producer.send(blob(sizes[salt % sizes.length], salt), { messageId: `m${salt}` }),
+          { discard: true }
+        ))
+        yield* advanceUntil(() => seen.length >= 10, 50, 20_000)
+        yield* Scope.close(scope, Exit.void)
+        scope = yield* start
+        yield* advanceUntil(() => new Set(seen.map((entry) => entry.messageId)).size === total, 50, 60_000)
+        for (const entry of seen) {
+          const salt = Number(entry.messageId.slice(1))
+          same(entry.payload, blob(sizes[salt % sizes.length], salt))
+        }
+        yield* Scope.close(scope, Exit.void)
+      }).pipe(Effect.provide(memory())))
+
+    it.scoped("only a memory hub whose inboxes are all controllers' lets a producer recycle", () =>
+      Effect.gen(function*() {
+        const hub = MemoryTransport.makeHub()
+        const node = MemoryTransport.makeNode(hub, "a")
+        expect(RecyclingTransports.recyclable(node)).toBe(true)
+        // A wrapper (here a recording one) is a transport of its own, and the fault injector holds envelopes.
+        expect(RecyclingTransports.recyclable({ ...node })).toBe(false)
+        const faulty = yield* FaultyTransport.layerWrap({ seed: 1 }).pipe(
+          Layer.provide(Layer.succeed(Transport, node)),
+          Layer.build,
+          Effect.map((context) => Context.get(context, Transport))
+        )
+        expect(RecyclingTransports.recyclable(faulty)).toBe(false)
+        // Code reading an inbox itself may keep payloads: from then on, nothing on the hub recycles.
+        yield* MemoryTransport.makeNode(hub, "b").open({ node: "b", endpoint: "x", incarnation: "1" })
+        expect(RecyclingTransports.recyclable(node)).toBe(false)
+      }))
+  })
 })

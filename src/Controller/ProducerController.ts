@@ -16,12 +16,15 @@ import type { StopOutcome } from "../internal/StopOutcome.js"
 import type { PayloadCodec } from "../Protocol/PayloadCodec.js"
 import type { Envelope } from "../Protocol/WireMessage.js"
 import type { SystemInternals } from "../ReliableSystem.js"
+import * as RecyclingTransports from "../Transport/internal/RecyclingTransports.js"
 import type { DurableProducerQueueService } from "../DurableQueue/DurableProducerQueue.js"
 import * as DurableLane from "./DurableLane.js"
 import * as DeadlineTimer from "./internal/DeadlineTimer.js"
 import * as FrameFit from "./internal/FrameFit.js"
 import * as ProducerCalls from "./internal/ProducerCalls.js"
 import type { Handshake } from "./internal/ProducerHandshake.js"
+import type { SeqLog } from "./internal/SeqLog.js"
+import * as SnapshotPool from "./internal/SnapshotPool.js"
 import * as Machine from "./ProducerMachine.js"
 
 export interface ProducerSettings {
@@ -135,6 +138,15 @@ export const make = <A>(
       sessionId: config.sessionId,
       chunkSize: settings.chunkSize
     })
+    // Snapshots of large payloads are recycled once confirmed, where the transport lets nothing
+    // outlive that; never with a durable queue, which is handed the snapshots to store. Two idle
+    // buffers cover the next message or two of a steady stream.
+    const pool = config.durable || settings.chunkSize === undefined || !RecyclingTransports.recyclable(system.transport)
+      ? undefined
+      : SnapshotPool.make({ chunkSize: settings.chunkSize, idle: 2 })
+    // The highest wire seq sent so far: a chunk sent again (a resend, or the first sends to a new
+    // binding) leaves an earlier envelope that may still be in flight when its message is confirmed.
+    let highestSent = 0
     const counters = { sent: 0, resent: 0, confirmed: 0, dropped: 0 }
     const now = () => clock.unsafeCurrentTimeMillis()
     let state: Machine.ProducerState
@@ -173,6 +185,10 @@ export const make = <A>(
             }
             if (action._tag === "Send") counters.sent++
             else counters.resent++
+            if (pool !== undefined && action.message._tag === "SequencedMessage") {
+              if (action.message.seq <= highestSent) pool.keep(action.message.payload)
+              else highestSent = action.message.seq
+            }
             ;(envelopes ??= []).push({ from: address, to: action.to, message: action.message })
             break
           }
@@ -223,10 +239,28 @@ export const make = <A>(
       if (envelopes !== undefined) system.transport.post(envelopes)
     }
 
+    /**
+     * The first `count` entries were just confirmed: their messages' snapshots go back to the pool.
+     * Each of their chunks went out once, to the consumer, which had to take it in to confirm it
+     * and forgets it when it confirms, before it tells us: nothing outside this controller holds
+     * them any longer. (A chunk that went out again was kept out of the pool when it did.)
+     */
+    const recycle = (pool: SnapshotPool.SnapshotPool, confirmed: SeqLog<Machine.OutboundEntry>, count: number) => {
+      if (!RecyclingTransports.recyclable(system.transport)) return
+      for (let index = 0; index < count; index++) {
+        const message = confirmed.at(index)!.message
+        if (message.chunk?.last === true) pool.release(message.payload)
+      }
+    }
+
     const dispatch = (event: Machine.ProducerEvent): ReadonlyArray<Machine.ProducerAction> => {
       if (stoppedWith !== undefined) return []
+      const before = state
       const next = Machine.step(state, event)
       state = next.state
+      if (pool !== undefined && state.confirmedSeq > before.confirmedSeq) {
+        recycle(pool, before.unconfirmed, state.confirmedSeq - before.confirmedSeq)
+      }
       perform(next.actions)
       return next.actions
     }
@@ -240,6 +274,7 @@ export const make = <A>(
       check: (grant, messageId, payload) => Machine.checkProduced(state, grant, messageId, payload),
       answeredBefore: (grant, messageId) => Machine.answeredBefore(state, grant, messageId),
       refuse: frameFit === undefined ? undefined : frameFit.produced,
+      snapshot: pool?.copy,
       dispatch
     })
     // Closing the scope (a respawn, or the endpoint's end) releases every waiting caller.

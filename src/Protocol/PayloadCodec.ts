@@ -12,7 +12,11 @@ import { Either, Option, Schema, SchemaAST } from "effect"
 import type { ParseResult } from "effect"
 
 export interface PayloadCodec<A> {
-  readonly encode: (value: A) => Either.Either<Uint8Array, ParseResult.ParseError | Error>
+  /**
+   * `copy` makes a binary payload's snapshot (default: a fresh array); other payloads are new
+   * bytes anyway.
+   */
+  readonly encode: (value: A, copy?: (bytes: Uint8Array) => Uint8Array) => Either.Either<Uint8Array, ParseResult.ParseError | Error>
   /** `fresh`: nobody else holds `bytes`, so a binary payload may be handed out without a copy. */
   readonly decode: (bytes: Uint8Array, fresh?: boolean) => Either.Either<A, ParseResult.ParseError | Error>
 }
@@ -162,7 +166,8 @@ export const make = <A, I>(schema: Schema.Schema<A, I, never>): PayloadCodec<A> 
     return {
       // A copy: the controller keeps the bytes until they are confirmed, whatever the caller
       // does with its array after `send`.
-      encode: (value) => Either.map(encodeValue(value), (encoded) => (encoded as Uint8Array).slice()),
+      encode: (value, copy) =>
+        Either.map(encodeValue(value), (encoded) => copy === undefined ? (encoded as Uint8Array).slice() : copy(encoded as Uint8Array)),
       // Received bytes may be shared (an in-process transport passes the producer's own array):
       // the handler gets bytes of its own unless they were reassembled for it.
       decode: (bytes, fresh) => decodeValue(fresh === true ? bytes : bytes.slice())

@@ -6,6 +6,7 @@ import { Context, Effect, Layer } from "effect"
 import { inboxKey } from "../Protocol/Address.js"
 import type { ControllerAddress } from "../Protocol/Address.js"
 import { LocalInboxes } from "./internal/LocalInboxes.js"
+import * as RecyclingTransports from "./internal/RecyclingTransports.js"
 import { Transport } from "./Transport.js"
 import type { TransportService } from "./Transport.js"
 
@@ -35,7 +36,7 @@ const routeKey = (address: ControllerAddress) => {
 export const makeNode = (hub: MemoryHubService, node: string): TransportService => {
   let delivered = 0
   let undeliverable = 0
-  return {
+  return RecyclingTransports.register({
     node,
     remoting: false,
     maxFrameSize: undefined,
@@ -48,7 +49,7 @@ export const makeNode = (hub: MemoryHubService, node: string): TransportService 
     attach: (address, receive) => hub.inboxes.attach(routeKey({ ...address, node }), receive),
     open: (address) => hub.inboxes.open(routeKey({ ...address, node })),
     stats: () => ({ delivered, undeliverable, malformed: 0 })
-  }
+  }, () => !hub.inboxes.opened)
 }
 
 /** A hub for several in-process nodes (`layerMemoryNode`). */

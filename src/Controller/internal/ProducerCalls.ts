@@ -38,6 +38,8 @@ export interface CallsOptions<A> {
   readonly check: (grant: RequestNext, messageId: string, payload: unknown) => ProducerContractError | undefined
   /** The earlier answer of a retried grant (see `ProducerHandshake.answeredBefore`). */
   readonly answeredBefore: (grant: RequestNext, messageId: string) => Either.Either<Stored, ProducerContractError> | undefined
+  /** Makes the snapshots of binary payloads (see `SnapshotPool`); default: fresh copies. */
+  readonly snapshot?: ((bytes: Uint8Array) => Uint8Array) | undefined
   /** Refuses an encoded payload that could never be sent (a frame limit); default: none. */
   readonly refuse?: ((messageId: string, bytes: number) => FrameTooLarge | undefined) | undefined
   /** Folds one event through the machine and performs its actions; returns the actions. */
@@ -104,7 +106,7 @@ export const make = <A>(options: CallsOptions<A>): Calls<A> => {
         const before = options.answeredBefore(grant, item.messageId)
         if (before !== undefined) return Either.map(before, (stored) => [stored])
       }
-      const bytes = options.codec.encode(item.payload)
+      const bytes = options.codec.encode(item.payload, options.snapshot)
       if (Either.isLeft(bytes)) {
         const error = new PayloadEncodeError({ endpointName: options.endpoint, messageId: item.messageId, cause: bytes.left })
         dispatch({ _tag: "Fail", stage: "Protocol", cause: error })

@@ -25,6 +25,12 @@ interface Inbox {
 export class LocalInboxes {
   private readonly inboxes = new Map<string, Inbox>()
   private due: Array<Inbox> = []
+  private anyOpened = false
+
+  /** True once any inbox was opened as a queue: code outside the controllers reads envelopes. */
+  get opened(): boolean {
+    return this.anyOpened
+  }
 
   /** Queues an envelope for the receiver under `key`; false when there is none. */
   deliver(key: string, envelope: Envelope): boolean {
@@ -75,6 +81,7 @@ export class LocalInboxes {
   /** An inbox as a queue (for code that reads envelopes itself, e.g. tests). */
   open(key: string): Effect.Effect<Queue.Dequeue<Envelope>, never, Scope.Scope> {
     return Effect.gen(this, function*() {
+      this.anyOpened = true
       const queue = yield* Effect.acquireRelease(Queue.dropping<Envelope>(InboxCapacity), Queue.shutdown)
       yield* this.attach(key, (envelopes) => {
         for (const envelope of envelopes) queue.unsafeOffer(envelope)

@@ -4,11 +4,16 @@
  * The row's note states the memory bound the issue sets (four messages plus a window of chunks,
  * above the process's RSS before the flow) and what the run reached.
  *
- * Every message allocates two buffers of its size (the producer's snapshot of the caller's bytes,
- * the consumer's reassembly), and V8 collects ArrayBuffers only some 64 MiB of garbage later: so
- * with the garbage collector left alone, the peak is the live set plus that slack. The `collect`
- * variant runs a full collection after every delivery (the harness passes --expose-gc) to show
- * the live set itself: what the flow holds, bounded by the windows.
+ * Each message allocates one buffer of its size: the consumer's reassembly, which the handler
+ * owns. The producer copies the caller's bytes into a buffer recycled from a confirmed message
+ * (its chunks are views of that copy), so the flow holds the delivery in hand and the snapshots
+ * of it and the next message: 24 MiB, at most 32. A reassembly the handler dropped is freed when
+ * V8's own heuristics next collect (here a scavenge every few messages, leaving some for a full
+ * collection), so with the collector left alone the peak is that live set plus 45-65 MiB of
+ * reassemblies not yet collected and some heap; glibc keeps nothing extra (RSS peaks the same
+ * with MALLOC_MMAP_THRESHOLD_ fixed). The `collect` variant runs a full collection after every
+ * delivery (the harness passes --expose-gc) to show the live set itself: what the flow holds,
+ * bounded by the windows.
  */
 import { Deferred, Effect, Layer, Schema } from "effect"
 import * as Consumer from "../src/Consumer.js"

@@ -15,6 +15,7 @@ import type { PayloadCodec } from "../Protocol/PayloadCodec.js"
 import type { Envelope } from "../Protocol/WireMessage.js"
 import type { SystemInternals } from "../ReliableSystem.js"
 import * as Machine from "./ConsumerMachine.js"
+import * as WireInput from "./internal/WireInput.js"
 
 export interface ConsumerSettings {
   readonly endpoint: string
@@ -75,9 +76,6 @@ export const confirmNow = <A>(delivery: Delivery<A>): void => {
   if (delivery instanceof ControllerDelivery) delivery.confirmNow()
   else Effect.runSync(delivery.confirm)
 }
-
-const isProducerMessage = (message: Envelope["message"]) =>
-  message._tag === "SequencedMessage" || message._tag === "RegistrationAck"
 
 /** The producer's live controller, if its record is the kind we expect and names us. */
 export const producerAddress = (
@@ -167,15 +165,7 @@ export const make = <A>(
     state = started.state
     perform(started.actions)
 
-    // Wire input folds where the transport delivers it (a microtask), with no inbox fiber.
-    yield* system.transport.attach(address, (batch) => {
-      const time = now()
-      for (const envelope of batch) {
-        if (isProducerMessage(envelope.message)) {
-          dispatch({ _tag: "Wire", from: envelope.from, message: envelope.message as never, now: time })
-        } else counters.dropped++
-      }
-    })
+    yield* WireInput.attach(system.transport, address, WireInput.fromProducer, dispatch, counters, now)
     yield* Effect.forkScoped(Effect.schedule(
       Effect.sync(() => dispatch({ _tag: "Tick", now: now(), handlerBusy: hooks.handlerBusy() })),
       Schedule.spaced(settings.resendInterval)

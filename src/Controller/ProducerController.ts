@@ -25,6 +25,7 @@ import * as ProducerCalls from "./internal/ProducerCalls.js"
 import type { Handshake } from "./internal/ProducerHandshake.js"
 import type { SeqLog } from "./internal/SeqLog.js"
 import * as SnapshotPool from "./internal/SnapshotPool.js"
+import * as WireInput from "./internal/WireInput.js"
 import * as Machine from "./ProducerMachine.js"
 
 export interface ProducerSettings {
@@ -94,9 +95,6 @@ export interface ProducerController<A> {
   readonly freeDemand: () => number
   readonly stats: () => ProducerStats
 }
-
-const isConsumerMessage = (message: Envelope["message"]) =>
-  message._tag === "RegisterConsumer" || message._tag === "Request" || message._tag === "Ack"
 
 /** Accepts a registering controller only if it is the live consumer controller configured for us. */
 export const verifyConsumer = (record: EndpointRecord | undefined, producer: string, sender: ControllerAddress): boolean =>
@@ -284,15 +282,7 @@ export const make = <A>(
     state = started.state
     perform(started.actions)
 
-    // Wire input folds where the transport delivers it (a microtask), with no inbox fiber.
-    yield* system.transport.attach(address, (batch) => {
-      const time = now()
-      for (const envelope of batch) {
-        if (isConsumerMessage(envelope.message)) {
-          dispatch({ _tag: "Wire", from: envelope.from, message: envelope.message as never, now: time })
-        } else counters.dropped++
-      }
-    })
+    yield* WireInput.attach(system.transport, address, WireInput.fromConsumer, dispatch, counters, now)
     // The retry timer sleeps until the handshake's deadline, so a re-offer happens exactly one
     // interval after the offer; with nothing outstanding it waits for the next offer instead.
     yield* timer.run({ tick: () => void dispatch({ _tag: "Tick", now: now() }), deadline: () => Machine.nextDeadline(state), now, recheckMs: config.retryIntervalMs })

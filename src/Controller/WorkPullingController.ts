@@ -17,6 +17,7 @@ import type { DurableWorkQueueService } from "../DurableQueue/DurableWorkQueue.j
 import * as DeadlineTimer from "./internal/DeadlineTimer.js"
 import type { QueueRetryPolicy } from "./internal/LaneRunner.js"
 import * as ProducerCalls from "./internal/ProducerCalls.js"
+import * as WireInput from "./internal/WireInput.js"
 import type { ProducerController, ProducerHooks } from "./ProducerController.js"
 import * as WorkLane from "./WorkLane.js"
 import * as Machine from "./WorkPullingMachine.js"
@@ -70,9 +71,6 @@ export interface WorkPullingStats {
 export interface WorkPullingController<A> extends ProducerController<A> {
   readonly workStats: () => WorkPullingStats
 }
-
-const isWorkerMessage = (message: Envelope["message"]) =>
-  message._tag === "RegisterConsumer" || message._tag === "Request" || message._tag === "Ack"
 
 /** Accepts a controller only if the resolver names it as the live controller of a worker configured for us. */
 export const verifyWorker = (record: EndpointRecord | undefined, producer: string, sender: ControllerAddress): boolean =>
@@ -236,15 +234,7 @@ export const make = <A>(
     state = started.state
     perform(started.actions)
 
-    // Wire input folds where the transport delivers it (a microtask), with no inbox fiber.
-    yield* system.transport.attach(address, (batch) => {
-      const time = now()
-      for (const envelope of batch) {
-        if (isWorkerMessage(envelope.message)) {
-          dispatch({ _tag: "Wire", from: envelope.from, message: envelope.message as never, now: time })
-        } else counters.dropped++
-      }
-    })
+    yield* WireInput.attach(system.transport, address, WireInput.fromConsumer, dispatch, counters, now)
     yield* timer.run({ tick: () => void dispatch({ _tag: "Tick", now: now() }), deadline: () => Machine.nextDeadline(state), now, recheckMs: retryIntervalMs })
 
     const workStats = (): WorkPullingStats => ({

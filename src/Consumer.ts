@@ -29,6 +29,15 @@ export interface ConsumerOptions<A, I> {
   /** Tick for re-registration, re-delivery and gap re-requests; default 2s. */
   readonly resendInterval?: Duration.DurationInput
   /**
+   * Binary payloads only (a Schema whose encoded side is `Uint8ArrayFromSelf`). By default the
+   * handler owns the bytes it gets: each delivery is an array of its own. With `lendPayloads` the
+   * bytes are lent: they stay as they are until the delivery is confirmed (with `run`: until the
+   * handler succeeds), after which the consumer may reuse them for a later message, so copy what
+   * you keep. A flow of large chunked messages then allocates nothing per message on this side.
+   * Default false.
+   */
+  readonly lendPayloads?: boolean
+  /**
    * The remoting address of the node hosting the producer (a remoting-only flow); needs a socket
    * transport. Default: the producer is on this system.
    */
@@ -52,7 +61,8 @@ export const checkOptions = <A, I>(options: ConsumerOptions<A, I>) =>
     name: Config.checkName("name", options.name),
     producer: Config.checkName("producer", options.producer),
     window: Config.checkWindow(options.window),
-    resendInterval: Config.checkInterval("resendInterval", options.resendInterval, Config.DefaultResendInterval)
+    resendInterval: Config.checkInterval("resendInterval", options.resendInterval, Config.DefaultResendInterval),
+    lendPayloads: Config.checkLendPayloads(options.lendPayloads, PayloadCodec.isBinary(options.payload))
   })
 
 /** Builds a consumer-side endpoint of the given kind (a point-to-point consumer or a worker). */
@@ -95,6 +105,7 @@ export const makeEndpoint = <A, I>(
           producer: checked.producer,
           window: checked.window,
           resendInterval: checked.resendInterval,
+          lendPayloads: checked.lendPayloads,
           producerKinds,
           producerNode
         }, codec, system, {

@@ -15,6 +15,7 @@ import type { PayloadCodec } from "../Protocol/PayloadCodec.js"
 import type { Envelope } from "../Protocol/WireMessage.js"
 import type { SystemInternals } from "../ReliableSystem.js"
 import * as Machine from "./ConsumerMachine.js"
+import * as Reassembly from "./internal/Reassembly.js"
 import * as WireInput from "./internal/WireInput.js"
 
 export interface ConsumerSettings {
@@ -22,6 +23,8 @@ export interface ConsumerSettings {
   readonly producer: string
   readonly window: number
   readonly resendInterval: Duration.Duration
+  /** Hand out binary payloads uncopied, valid until confirmed (see `ConsumerOptions.lendPayloads`). */
+  readonly lendPayloads: boolean
   /** The endpoint kinds this consumer may register with. */
   readonly producerKinds: ReadonlyArray<EndpointRecord["kind"]>
   /** The node hosting the producer (a remoting-only flow); absent when it is local. */
@@ -106,8 +109,14 @@ export const make = <A>(
     const resolve = Effect.flatMap(system.lookup(settings.producer, settings.producerNode), (record) =>
       Effect.sync(() => dispatch({ _tag: "Resolved", producer: producerAddress(record, settings), now: now() })))
 
-    const deliver = (inFlight: Machine.InFlight, payload: Uint8Array, fresh: boolean) => {
-      const decoded = codec.decode(payload, fresh)
+    const lent = settings.lendPayloads ? Reassembly.makeLent() : undefined
+
+    const deliver = (inFlight: Machine.InFlight, payload: Uint8Array | ReadonlyArray<Uint8Array>) => {
+      // Joined chunks are this hand-out's own (or lent) bytes; a whole payload is shared with
+      // the transport and copied unless lent.
+      const decoded = payload instanceof Uint8Array
+        ? codec.decode(payload, lent !== undefined)
+        : codec.decode(lent === undefined ? Reassembly.join(payload) : lent.join(payload), true)
       if (Either.isLeft(decoded)) {
         dispatch({
           _tag: "Fail",
@@ -135,7 +144,7 @@ export const make = <A>(
           case "Deliver":
             if (action.redelivery) counters.redelivered++
             else counters.delivered++
-            deliver(action.delivery, action.payload, action.fresh)
+            deliver(action.delivery, action.payload)
             break
           case "Fail":
             stopped = true

@@ -1,6 +1,6 @@
 /**
  * The consumer controller as a pure state machine. It registers with the producer controller,
- * asks for demand one window at a time, buffers what arrives out of order, reassembles chunks,
+ * asks for demand one window at a time, buffers what arrives out of order, gathers chunk runs,
  * hands exactly one unconfirmed delivery at a time to the endpoint, and on each tick
  * re-registers, re-delivers or re-requests as needed.
  *
@@ -72,10 +72,15 @@ export type ConsumerAction =
   | { readonly _tag: "Send"; readonly to: ControllerAddress; readonly message: ConsumerToProducer }
   | { readonly _tag: "Resolve" }
   /**
-   * `payload` is fresh when it was reassembled for this hand-out (nobody else holds it); a whole
-   * message's payload is the received wire payload itself.
+   * `payload` is a whole message's received wire payload, or a chunked message's received
+   * chunks in order, which the shell joins (see `Reassembly`).
    */
-  | { readonly _tag: "Deliver"; readonly delivery: InFlight; readonly payload: Uint8Array; readonly fresh: boolean; readonly redelivery: boolean }
+  | {
+    readonly _tag: "Deliver"
+    readonly delivery: InFlight
+    readonly payload: Uint8Array | ReadonlyArray<Uint8Array>
+    readonly redelivery: boolean
+  }
   | { readonly _tag: "Fail"; readonly stage: ReliableDeliveryStage; readonly cause: unknown }
   | { readonly _tag: "Dropped"; readonly reason: "StaleSession" | "UnknownSender" | "BeyondDemand" | "NotRunning" }
 
@@ -325,24 +330,16 @@ const handOut = (s: Draft, messageId: string, seq: number, count: number, now: n
   out.push(deliver(s, inFlight, false))
 }
 
-/** A hand-out of the delivery in flight: a chunked message is reassembled for every hand-out. */
+/** A hand-out of the delivery in flight: a chunked message's chunks are joined for every hand-out. */
 const deliver = (s: Draft, inFlight: InFlight, redelivery: boolean): ConsumerAction =>
   inFlight.count === 1
-    ? { _tag: "Deliver", delivery: inFlight, payload: s.received.first!.payload, fresh: false, redelivery }
-    : { _tag: "Deliver", delivery: inFlight, payload: reassemble(s.received, inFlight.count), fresh: true, redelivery }
+    ? { _tag: "Deliver", delivery: inFlight, payload: s.received.first!.payload, redelivery }
+    : { _tag: "Deliver", delivery: inFlight, payload: chunksOf(s.received, inFlight.count), redelivery }
 
-/** One copy: the first `count` received payloads, in order, as one array. */
-const reassemble = (received: SeqLog<SequencedMessage>, count: number): Uint8Array => {
-  let length = 0
-  for (let index = 0; index < count; index++) length += received.at(index)!.payload.length
-  const whole = new Uint8Array(length)
-  let offset = 0
-  for (let index = 0; index < count; index++) {
-    const payload = received.at(index)!.payload
-    whole.set(payload, offset)
-    offset += payload.length
-  }
-  return whole
+const chunksOf = (received: SeqLog<SequencedMessage>, count: number): ReadonlyArray<Uint8Array> => {
+  const chunks = new Array<Uint8Array>(count)
+  for (let index = 0; index < count; index++) chunks[index] = received.at(index)!.payload
+  return chunks
 }
 
 /**

@@ -79,6 +79,15 @@ export const checkChunkSize = (value: number | undefined): Effect.Effect<number 
     : fail("chunkSize", `chunkSize must be an integer in [${MinChunkSize}, ${MaxChunkSize}] bytes, got ${value}`)
 }
 
+/** Lending applies to binary payloads: any other payload is decoded into a new value anyway. */
+export const checkLendPayloads = (value: boolean | undefined, binary: boolean): Effect.Effect<boolean, ReliableConfigError> => {
+  if (value === undefined || value === false) return Effect.succeed(false)
+  if (value !== true) return fail("lendPayloads", `lendPayloads must be a boolean, got ${JSON.stringify(value)}`)
+  return binary
+    ? Effect.succeed(true)
+    : fail("lendPayloads", "lendPayloads applies to binary payloads (a Schema whose encoded side is Uint8ArrayFromSelf); other payloads are decoded into new values anyway")
+}
+
 /** Room a chunk leaves in its frame for the envelope around it (addresses, ids, sequence). */
 export const ChunkFrameHeadroom = 4 * 1024
 

@@ -17,8 +17,11 @@ export interface PayloadCodec<A> {
    * bytes anyway.
    */
   readonly encode: (value: A, copy?: (bytes: Uint8Array) => Uint8Array) => Either.Either<Uint8Array, ParseResult.ParseError | Error>
-  /** `fresh`: nobody else holds `bytes`, so a binary payload may be handed out without a copy. */
-  readonly decode: (bytes: Uint8Array, fresh?: boolean) => Either.Either<A, ParseResult.ParseError | Error>
+  /**
+   * `asIs`: a binary payload may be handed out as `bytes`, without a copy (nobody else holds
+   * them, or the consumer lends them).
+   */
+  readonly decode: (bytes: Uint8Array, asIs?: boolean) => Either.Either<A, ParseResult.ParseError | Error>
 }
 
 const textDecoder = new TextDecoder("utf-8", { fatal: true })
@@ -169,8 +172,8 @@ export const make = <A, I>(schema: Schema.Schema<A, I, never>): PayloadCodec<A> 
       encode: (value, copy) =>
         Either.map(encodeValue(value), (encoded) => copy === undefined ? (encoded as Uint8Array).slice() : copy(encoded as Uint8Array)),
       // Received bytes may be shared (an in-process transport passes the producer's own array):
-      // the handler gets bytes of its own unless they were reassembled for it.
-      decode: (bytes, fresh) => decodeValue(fresh === true ? bytes : bytes.slice())
+      // the handler gets bytes of its own unless they were joined for it or are lent.
+      decode: (bytes, asIs) => decodeValue(asIs === true ? bytes : bytes.slice())
     }
   }
   const plain = compilePlain(schema.ast, true)

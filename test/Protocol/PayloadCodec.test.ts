@@ -20,7 +20,7 @@ describe("PayloadCodec", () => {
     expect(PayloadCodec.isBinary(schema as Schema.Schema.AnyNoContext)).toBe(binary)
   })
 
-  it("binary payloads: the bytes themselves, snapshotted at encode; decoded copies unless fresh", () => {
+  it("binary payloads: the bytes themselves, snapshotted at encode; decoded copies unless handed out as is", () => {
     const codec = PayloadCodec.make(Schema.Uint8ArrayFromSelf)
     const source = bytes(1, 2, 3)
     const encoded = Either.getOrThrow(codec.encode(source))

@@ -38,6 +38,8 @@ export const cases: Record<string, Case> = {
   "remote-tcp-1m-w50": () => run(Remote.remote(1_000_000, 50)),
   "remote-tcp-1m-w1000": () => run(Remote.remote(1_000_000, 1000)),
   "chunked-8mib-x200": () => run(Chunked.chunkedFlow({ messages: 200, messageBytes: 8 * 1024 * 1024, chunkSize: 256 * 1024, window: 50 })),
+  "chunked-8mib-x200-lend": () =>
+    run(Chunked.chunkedFlow({ messages: 200, messageBytes: 8 * 1024 * 1024, chunkSize: 256 * 1024, window: 50, lend: true })),
   "chunked-8mib-x200-collect": () =>
     run(Chunked.chunkedFlow({ messages: 200, messageBytes: 8 * 1024 * 1024, chunkSize: 256 * 1024, window: 50, collect: true })),
   // cluster mode: the single-process durable figure first, the cross-node one beside it

@@ -4,16 +4,14 @@
  * The row's note states the memory bound the issue sets (four messages plus a window of chunks,
  * above the process's RSS before the flow) and what the run reached.
  *
- * Each message allocates one buffer of its size: the consumer's reassembly, which the handler
- * owns. The producer copies the caller's bytes into a buffer recycled from a confirmed message
- * (its chunks are views of that copy), so the flow holds the delivery in hand and the snapshots
- * of it and the next message: 24 MiB, at most 32. A reassembly the handler dropped is freed when
- * V8's own heuristics next collect (here a scavenge every few messages, leaving some for a full
- * collection), so with the collector left alone the peak is that live set plus 45-65 MiB of
- * reassemblies not yet collected and some heap; glibc keeps nothing extra (RSS peaks the same
- * with MALLOC_MMAP_THRESHOLD_ fixed). The `collect` variant runs a full collection after every
- * delivery (the harness passes --expose-gc) to show the live set itself: what the flow holds,
- * bounded by the windows.
+ * The producer copies the caller's bytes into a buffer recycled from a confirmed message (its
+ * chunks are views of that copy). By default the consumer joins each message into a new array
+ * the handler owns: one allocation of the message's size per message, which V8 frees only when
+ * its own heuristics next collect, so the peak is the live set (24 MiB, at most 32) plus some
+ * 40 MiB of joined messages not yet collected plus heap. The `lend` variant sets `lendPayloads`:
+ * the handler gets a view of the producer's snapshot, valid until confirmed, and nothing is
+ * allocated per message. The `collect` variant keeps the default and runs a full collection after
+ * every delivery (the harness passes --expose-gc) to show the default's live set itself.
  */
 import { Deferred, Effect, Layer, Schema } from "effect"
 import * as Consumer from "../src/Consumer.js"
@@ -33,6 +31,8 @@ export const chunkedFlow = (options: {
   readonly window: number
   /** A full garbage collection after every delivery. */
   readonly collect?: boolean
+  /** The consumer lends payloads (`lendPayloads`) instead of handing each out in an array of its own. */
+  readonly lend?: boolean
 }) =>
   Effect.suspend(() => {
     const { chunkSize, messageBytes, messages, window } = options
@@ -45,7 +45,7 @@ export const chunkedFlow = (options: {
     let liveBytes = 0
     const flow = Effect.gen(function*() {
       const producer = yield* Producer.make({ name: "blobs-out", consumer: "blobs-in", payload: Schema.Uint8ArrayFromSelf, chunkSize })
-      const consumer = yield* Consumer.make({ name: "blobs-in", producer: "blobs-out", payload: Schema.Uint8ArrayFromSelf, window })
+      const consumer = yield* Consumer.make({ name: "blobs-in", producer: "blobs-out", payload: Schema.Uint8ArrayFromSelf, window, lendPayloads: options.lend === true })
       const done = yield* Deferred.make<void>()
       let received = 0
       let bytes = 0
@@ -71,7 +71,7 @@ export const chunkedFlow = (options: {
     return Effect.map(
       measure(
         `chunked send loop, ${messages} msgs of ${messageBytes / MiB} MiB, ${chunkSize / 1024} KiB chunks, window ${window}` +
-          (gc === undefined ? "" : ", gc() after each delivery"),
+          (options.lend === true ? ", lendPayloads" : "") + (gc === undefined ? "" : ", gc() after each delivery"),
         total,
         flow,
         "MiB/s"

@@ -2,7 +2,8 @@
  * The randomized fault runs of test/FaultRuns.test.ts and test/DurableFaultRuns.test.ts repeated
  * with chunking at the minimum chunk size: every message is 2..5 chunks, so losses, duplicates
  * and reordering hit individual chunks, and restarts land mid-message. Every message must arrive
- * whole, in order (exactly once on the fault-free path). A failing run prints its seed;
+ * whole, in order (exactly once on the fault-free path), also as binary payloads to a consumer
+ * that lends them. A failing run prints its seed;
  * `RELIABLE_FAULT_SEED=<seed> npx vitest run test/ChunkedFaultRuns.test.ts -t replay` replays it.
  */
 import { describe, expect, it } from "@effect/vitest"
@@ -34,6 +35,11 @@ describe.concurrent("randomized fault runs with chunking at the minimum chunk si
   it.effect.each(durableSeeds)("seed %i: durable, flaky queue, producer crashes", (seed) =>
     check(withChunks(durablePlanFor(seed, seed % 2 === 1), MinChunkSize)))
 
+  // Binary orders to a consumer that lends them: chunks joined as one view or into its reused buffer.
+  const lentSeeds = Array.from({ length: 6 }, (_, index) => base + 700 + index)
+  it.effect.each(lentSeeds)("seed %i: lent binary payloads, loss, duplicates, reordering (odd seeds: durable, producer crashes)", (seed) =>
+    check({ ...withChunks(seed % 2 === 1 ? durablePlanFor(seed, true) : planFor(seed, true), MinChunkSize), lent: true }))
+
   it.effect("replay one seed (RELIABLE_FAULT_SEED)", () => {
     const seed = Number(process.env.RELIABLE_FAULT_SEED ?? 4242)
     const restarts = process.env.RELIABLE_FAULT_RESTARTS === "true"
@@ -47,4 +53,6 @@ describe.concurrent("randomized fault runs with chunking at the minimum chunk si
 
   it.live.each(seeds)("seed %i: loss, duplicates, reordering over TCP (odd seeds restart the consumer)", (seed) =>
     check(withChunks(socketPlanFor(seed, seed % 2 === 1), MinChunkSize), socketWorld))
+  it.live.each(seeds.slice(0, 2))("seed %i: lent binary payloads over TCP (odd seeds restart the consumer)", (seed) =>
+    check({ ...withChunks(socketPlanFor(seed, seed % 2 === 1), MinChunkSize), lent: true }, socketWorld))
 })

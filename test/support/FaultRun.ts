@@ -19,6 +19,16 @@ import { host, startNode, waitUntil } from "./Nodes.js"
 
 const Order = Schema.Struct({ index: Schema.Number, pad: Schema.optional(Schema.String) })
 
+/** The same order carried as binary (its JSON's UTF-8 bytes), so a consumer may lend the bytes. */
+const OrderBytes = Schema.transform(Schema.Uint8ArrayFromSelf, Order, {
+  strict: true,
+  decode: (bytes) => JSON.parse(new TextDecoder().decode(bytes)) as typeof Order.Encoded,
+  encode: (order) => new TextEncoder().encode(JSON.stringify(order))
+})
+
+/** The plan's order Schema; both have the same type side, and endpoints never see the encoded one. */
+const orderSchema = (plan: FaultPlan): typeof Order => (plan.lent === true ? OrderBytes : Order) as unknown as typeof Order
+
 export interface FaultPlan {
   readonly seed: number
   readonly messages: number
@@ -36,6 +46,8 @@ export interface FaultPlan {
   }
   /** Producer chunk size; each message is then padded to 2..5 chunks. */
   readonly chunkSize?: number
+  /** Orders travel as binary payloads to a consumer that lends them (`lendPayloads`). */
+  readonly lent?: boolean
 }
 
 /** The most chunks a message of a chunked plan takes. */
@@ -163,7 +175,7 @@ export const runPlan = (plan: FaultPlan, makeWorld: (plan: FaultPlan) => Effect.
     const producer = yield* Producer.make({
       name: "orders-out",
       consumer: "orders-in",
-      payload: Order,
+      payload: orderSchema(plan),
       retryInterval: "50 millis",
       ...(plan.chunkSize === undefined ? {} : { chunkSize: plan.chunkSize }),
       ...(queue === undefined ? {} : { durableQueue: queue }),
@@ -185,7 +197,8 @@ export const runPlan = (plan: FaultPlan, makeWorld: (plan: FaultPlan) => Effect.
       const consumer = yield* Consumer.make({
         name: "orders-in",
         producer: "orders-out",
-        payload: Order,
+        payload: orderSchema(plan),
+        lendPayloads: plan.lent === true,
         window: plan.window,
         resendInterval: world.resendInterval,
         ...(world.remoteProducer === undefined ? {} : { remoteProducer: world.remoteProducer })

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Either, Schema } from "effect"
 import * as PayloadCodec from "../../src/Protocol/PayloadCodec.js"
+import * as PlainStruct from "../../src/Protocol/PlainStruct.js"
 
 const bytes = (...values: Array<number>) => Uint8Array.from(values)
 
@@ -56,7 +57,7 @@ describe("PayloadCodec", () => {
       ["a class", class Order extends Schema.Class<Order>("Order")({ a: Schema.Number }) {}, false],
       ["a string", Schema.String, false]
     ] as const)("%s compiles: %s", (_, schema, compiled) => {
-      expect(PayloadCodec.compilePlain((schema as Schema.Schema.AnyNoContext).ast) !== undefined).toBe(compiled)
+      expect(PlainStruct.compileParse((schema as Schema.Schema.AnyNoContext).ast) !== undefined).toBe(compiled)
     })
 
     it.each([

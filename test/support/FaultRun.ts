@@ -60,11 +60,19 @@ export const withChunks = (plan: FaultPlan, chunkSize: number): FaultPlan => ({
   window: Math.max(MaxChunksPerMessage, plan.window)
 })
 
-/** The padding of message `index` in a chunked plan: between 1 and 4 chunk sizes, plus some. */
+/** Room in a chunked message for its JSON around the padding (`{"index":…,"pad":"…"}`). */
+const OrderJsonBytes = 64
+
+/**
+ * The padding of message `index` in a chunked plan: between 1 and 4 chunk sizes, plus less than
+ * one more with the rest of its JSON, so the message takes 2..5 chunks and always fits the window.
+ */
 const padFor = (plan: FaultPlan, index: number): string | undefined =>
   plan.chunkSize === undefined
     ? undefined
-    : "x".repeat(plan.chunkSize * (1 + ((index * 7 + plan.seed) % (MaxChunksPerMessage - 1))) + ((index * 131) % plan.chunkSize))
+    : "x".repeat(
+      plan.chunkSize * (1 + ((index * 7 + plan.seed) % (MaxChunksPerMessage - 1))) + ((index * 131) % (plan.chunkSize - OrderJsonBytes))
+    )
 
 /** A durable plan: the same seeded faults plus a flaky durable queue and producer crashes. */
 export const durablePlanFor = (seed: number, restarts: boolean): FaultPlan => {
@@ -184,17 +192,22 @@ export const runPlan = (plan: FaultPlan, makeWorld: (plan: FaultPlan) => Effect.
     const producerSystem = Context.get(world.producer, ReliableSystem.ReliableSystem)
     // The operator: a flaky queue can exhaust a reload's retries (a terminal Load event); respawn.
     const failures = yield* producerSystem.subscribeFailures
-    yield* Effect.forkScoped(Effect.forever(Effect.zipRight(Queue.take(failures), producerSystem.respawn("orders-out").pipe(Effect.ignore))))
+    const failed: Array<unknown> = []
+    yield* Effect.forkScoped(Effect.forever(Effect.zipRight(
+      Effect.tap(Queue.take(failures), (failure) => void failed.push(failure)),
+      producerSystem.respawn("orders-out").pipe(Effect.ignore)
+    )))
     const producerRestarts = [...(plan.durable?.producerRestartsAfter ?? [])]
     const received: Array<Received> = []
     let incarnation = 0
     let scope: Scope.CloseableScope | undefined
+    let consumer: Consumer.Consumer<unknown> | undefined
 
     const startConsumer = Effect.gen(function*() {
       incarnation++
       const mine = incarnation
       scope = yield* Scope.make()
-      const consumer = yield* Consumer.make({
+      const made = yield* Consumer.make({
         name: "orders-in",
         producer: "orders-out",
         payload: orderSchema(plan),
@@ -203,7 +216,8 @@ export const runPlan = (plan: FaultPlan, makeWorld: (plan: FaultPlan) => Effect.
         resendInterval: world.resendInterval,
         ...(world.remoteProducer === undefined ? {} : { remoteProducer: world.remoteProducer })
       }).pipe(Scope.extend(scope), Effect.provide(world.consumer))
-      yield* Effect.forkIn(consumer.run((delivery) =>
+      consumer = made as Consumer.Consumer<unknown>
+      yield* Effect.forkIn(made.run((delivery) =>
         Effect.sync(() => void received.push({
           incarnation: mine,
           index: delivery.payload.index,
@@ -227,7 +241,23 @@ export const runPlan = (plan: FaultPlan, makeWorld: (plan: FaultPlan) => Effect.
     const restartDue = () =>
       (restarts.length > 0 && received.length >= restarts[0]) ||
       (producerRestarts.length > 0 && received.length >= producerRestarts[0])
-    yield* world.until(() => restartDue() || allSeen(), Number(process.env.FAULT_LIMIT ?? 600_000))
+    /** What a stuck run had got to, printed before it fails. */
+    const report = (where: string) =>
+      Effect.gen(function*() {
+        const seen = new Set(received.map((entry) => entry.index))
+        const missing = Array.from({ length: plan.messages }, (_, index) => index).filter((index) => !seen.has(index))
+        console.error(
+          `stuck ${where}: received ${received.length}, distinct ${seen.size}, missing ${missing.slice(0, 10).join(",")}; ` +
+            `consumer restarts left ${restarts}, producer restarts left ${producerRestarts}; producer`,
+          yield* producer.stats,
+          "consumer",
+          yield* consumer!.stats,
+          "failures",
+          failed
+        )
+      })
+    const limit = Number(process.env.FAULT_LIMIT ?? 600_000)
+    yield* world.until(() => restartDue() || allSeen(), limit).pipe(Effect.tapError(() => report("before any restart")))
     while (restartDue()) {
       if (producerRestarts.length > 0 && received.length >= producerRestarts[0]) {
         producerRestarts.shift()
@@ -237,19 +267,9 @@ export const runPlan = (plan: FaultPlan, makeWorld: (plan: FaultPlan) => Effect.
         yield* Scope.close(scope!, Exit.void)
         yield* startConsumer
       }
-      yield* world.until(() => restartDue() || allSeen(), Number(process.env.FAULT_LIMIT ?? 600_000)).pipe(
-        Effect.tapError(() => Effect.sync(() => console.error(`stuck during restarts: received ${received.length} distinct ${new Set(received.map((e) => e.index)).size}, producer restarts left ${producerRestarts}, consumer restarts left ${restarts}`)))
-      )
+      yield* world.until(() => restartDue() || allSeen(), limit).pipe(Effect.tapError(() => report("during restarts")))
     }
-    yield* world.until(allSeen, Number(process.env.FAULT_LIMIT ?? 600_000)).pipe(
-      Effect.tapError(() =>
-        Effect.gen(function*() {
-          const seen = new Set(received.map((entry) => entry.index))
-          const missing = Array.from({ length: plan.messages }, (_, index) => index).filter((index) => !seen.has(index))
-          console.error(`stuck: received ${received.length}, missing ${missing.slice(0, 10).join(",")}`, yield* producer.stats)
-        })
-      )
-    )
+    yield* world.until(allSeen, limit).pipe(Effect.tapError(() => report("after the restarts")))
     yield* Fiber.join(sending)
     yield* Scope.close(scope!, Exit.void)
     return received

@@ -149,10 +149,14 @@ export const make = <A>(
     const now = () => clock.unsafeCurrentTimeMillis()
     let state: Machine.ProducerState
     let stoppedWith: StopOutcome | undefined
+    // Set when the controller's scope closes (a respawn, or the endpoint's end): from then on it
+    // takes no call and folds no event, like a stopped one, though nobody is told it stopped.
+    let closed = false
+    const finished = () => closed || stoppedWith !== undefined
     const timer = DeadlineTimer.make()
 
     const stop = (outcome: StopOutcome) => {
-      if (stoppedWith !== undefined) return
+      if (finished()) return
       stoppedWith = outcome
       calls.abandon()
       hooks.stopped(outcome)
@@ -252,7 +256,7 @@ export const make = <A>(
     }
 
     const dispatch = (event: Machine.ProducerEvent): ReadonlyArray<Machine.ProducerAction> => {
-      if (stoppedWith !== undefined) return []
+      if (finished()) return []
       const before = state
       const next = Machine.step(state, event)
       state = next.state
@@ -268,15 +272,22 @@ export const make = <A>(
       codec,
       durable: config.durable,
       now,
-      stopped: () => stoppedWith !== undefined,
+      stopped: finished,
       check: (grant, messageId, payload) => Machine.checkProduced(state, grant, messageId, payload),
       answeredBefore: (grant, messageId) => Machine.answeredBefore(state, grant, messageId),
       refuse: frameFit === undefined ? undefined : frameFit.produced,
       snapshot: pool?.copy,
       dispatch
     })
-    // Closing the scope (a respawn, or the endpoint's end) releases every waiting caller.
-    yield* Effect.addFinalizer(() => Effect.sync(() => calls.abandon()))
+    // Closing the scope ends the controller and releases every waiting caller. A call made after
+    // that (a fiber that took this controller's grant just before the respawn) must be refused at
+    // once: folded, it would start a store no fiber runs any more and wait for it forever.
+    yield* Effect.addFinalizer(() =>
+      Effect.sync(() => {
+        closed = true
+        calls.abandon()
+      })
+    )
 
     const started = Machine.initial(config, now())
     state = started.state
@@ -289,7 +300,7 @@ export const make = <A>(
 
     return {
       address,
-      running: () => stoppedWith === undefined,
+      running: () => !finished(),
       produce: calls.produce,
       produceAll: calls.produceAll,
       storedAck: calls.storedAck,

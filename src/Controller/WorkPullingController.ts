@@ -113,9 +113,13 @@ export const make = <A>(
     const timer = DeadlineTimer.make()
     let state: Machine.WorkState
     let stoppedWith: StopOutcome | undefined
+    // Set when the controller's scope closes (a respawn, or the endpoint's end): from then on it
+    // takes no call and folds no event, like a stopped one, though nobody is told it stopped.
+    let closed = false
+    const finished = () => closed || stoppedWith !== undefined
 
     const stop = (outcome: StopOutcome) => {
-      if (stoppedWith !== undefined) return
+      if (finished()) return
       stoppedWith = outcome
       calls.abandon()
       hooks.stopped(outcome)
@@ -208,7 +212,7 @@ export const make = <A>(
     }
 
     const dispatch = (event: Machine.WorkEvent): ReadonlyArray<Machine.WorkAction> => {
-      if (stoppedWith !== undefined) return []
+      if (finished()) return []
       const next = Machine.step(state, event)
       state = next.state
       perform(next.actions)
@@ -222,13 +226,20 @@ export const make = <A>(
       codec,
       durable: config.durable,
       now,
-      stopped: () => stoppedWith !== undefined,
+      stopped: finished,
       check: (grant, messageId, payload) => Machine.checkProduced(state, grant, messageId, payload),
       answeredBefore: (grant, messageId) => Machine.answeredBefore(state, grant, messageId),
       dispatch
     })
-    // Closing the scope (a respawn, or the endpoint's end) releases every waiting caller.
-    yield* Effect.addFinalizer(() => Effect.sync(() => calls.abandon()))
+    // Closing the scope ends the controller and releases every waiting caller. A call made after
+    // that (a fiber that took this controller's grant just before the respawn) must be refused at
+    // once: folded, it would start a store no fiber runs any more and wait for it forever.
+    yield* Effect.addFinalizer(() =>
+      Effect.sync(() => {
+        closed = true
+        calls.abandon()
+      })
+    )
 
     const started = Machine.initial(config)
     state = started.state
@@ -258,7 +269,7 @@ export const make = <A>(
 
     return {
       address,
-      running: () => stoppedWith === undefined,
+      running: () => !finished(),
       produce: calls.produce,
       produceAll: calls.produceAll,
       storedAck: calls.storedAck,

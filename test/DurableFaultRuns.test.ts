@@ -26,8 +26,9 @@ describe.concurrent("randomized fault runs (durable point-to-point: flaky queue,
   it.effect.each(seeds)("seed %i", (seed) => check(durablePlanFor(seed, seed % 2 === 1)))
 
   // Seeds that once failed, kept: 21023 hung when a send took the grant of a controller whose
-  // scope was closing for a respawn (see test/ClosedControllers.test.ts).
-  it.effect.each([21023])("regression seed %i (with restarts)", (seed) => check(durablePlanFor(seed, true)))
+  // scope was closing for a respawn (see test/ClosedControllers.test.ts); 26027 delivered a
+  // confirmed message again, with its compacted (empty) payload, to a retried resubmission.
+  it.effect.each([21023, 26027])("regression seed %i (with restarts)", (seed) => check(durablePlanFor(seed, true)))
 
   it.effect("replay one seed (RELIABLE_FAULT_SEED)", () =>
     check(durablePlanFor(Number(process.env.RELIABLE_FAULT_SEED ?? 4242), process.env.RELIABLE_FAULT_RESTARTS === "true")))

@@ -550,12 +550,24 @@ const onStoreCompleted = (
   const known = results.map((result, index) =>
     result.alreadyStored && (
       ProducerHandshake.acceptedBefore(storing, retried, result.accepted) || isHeld(s, result.messageId) ||
-      repeatsEarlier(results, index)
+      isConfirmed(s, result) || repeatsEarlier(results, index)
     )
   )
   const alreadyStored = results.map((result) => result.alreadyStored)
   const settled = ProducerHandshake.storeCompleted(s, messageView, storing, messages, alreadyStored, known, now, out)
   completeHandshake(s, settled, now, out)
+}
+
+/**
+ * True when the stored message lies at or below the confirmed watermark: it was delivered and
+ * confirmed already (and its payload compacted away), whoever accepted it. A retried
+ * store-and-accept answered for such a message must not emit it again: the answer's `accepted`
+ * is then not this handshake's own, but that of an earlier controller whose message this one
+ * reloaded, emitted and saw confirmed while the resubmission was being retried.
+ */
+const isConfirmed = (s: Draft, result: StoreResult): boolean => {
+  for (const entry of result.entries) if (entry.seq > s.persistedConfirmSeq) return false
+  return result.entries.length > 0
 }
 
 /** True when an earlier result of the same batch carries the same business id. */

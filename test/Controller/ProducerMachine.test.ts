@@ -645,6 +645,8 @@ describe("ProducerMachine", () => {
         readonly accepted: boolean
         readonly held?: boolean
         readonly retried?: boolean
+        /** The stored entry's seq; default 3, just above the loaded watermark (2). */
+        readonly seq?: number
         readonly emitted: boolean
       }> = [
         { name: "a new message", alreadyStored: false, accepted: false, emitted: true },
@@ -653,7 +655,9 @@ describe("ProducerMachine", () => {
         { name: "accepted before and reloaded (held)", alreadyStored: true, accepted: true, held: true, emitted: false },
         { name: "held, on a retried store", alreadyStored: true, accepted: true, held: true, retried: true, emitted: false },
         // the first attempt committed and its answer was lost: `accepted` is this store's own
-        { name: "accepted by a retried store's own first attempt", alreadyStored: true, accepted: true, retried: true, emitted: true }
+        { name: "accepted by a retried store's own first attempt", alreadyStored: true, accepted: true, retried: true, emitted: true },
+        // reloaded, emitted and confirmed (payload compacted) while the resubmission was retried
+        { name: "at or below the confirmed watermark, on a retried store", alreadyStored: true, accepted: true, retried: true, seq: 2, emitted: false }
       ]
       for (const row of cases) {
         it(`${row.emitted ? "emits" : "does not emit"} a message ${row.name}`, () => {
@@ -662,11 +666,11 @@ describe("ProducerMachine", () => {
           const done = run(state, { _tag: "ProduceAcked", grant, items: [{ messageId: "m", payload: bytes("fresh") }], now: 0 }, {
             _tag: "StoreCompleted",
             token: grant.token,
-            results: [{ messageId: "m", entries: [{ seq: 3, messageId: "m", payload: bytes("m") }], alreadyStored: row.alreadyStored, accepted: row.accepted }],
+            results: [{ messageId: "m", entries: [{ seq: row.seq ?? 3, messageId: "m", payload: bytes("m") }], alreadyStored: row.alreadyStored, accepted: row.accepted }],
             ...(row.retried === true ? { retried: true } : {}),
             now: 0
           })
-          expect(storedOf(done.actions)).toMatchObject({ messageId: "m", seq: 3, alreadyStored: row.alreadyStored })
+          expect(storedOf(done.actions)).toMatchObject({ messageId: "m", seq: row.seq ?? 3, alreadyStored: row.alreadyStored })
           expect((sent(done.actions) as Array<SequencedMessage>).filter((m) => m.messageId === "m")).toHaveLength(row.emitted ? 1 : 0)
           expect(tags(done.actions)).toContain("Completed")
         })

@@ -37,12 +37,26 @@ const keepGrants = (offered: Array<RequestNext>) => ({
 const publish = (name: string, kind: "Producer" | "WorkProducer", peer: string | undefined, address: ControllerAddress) =>
   Effect.flatMap(ReliableSystem.ReliableSystem, (system) => Effect.orDie(system.internal.registry.claim({ name, kind, peer, address }, Effect.void)))
 
-/** The controller's answer to a call on its own grant, which must be settled at once. */
-const expectRefused = (answer: ReturnType<ProducerController.ProducerController<typeof Order.Type>["sendNow"]>) => {
-  expect(isEitherOf(answer)).toBe(true)
-  const settled = answer as Either.Either<unknown, { readonly _tag: string; readonly reason?: string }>
-  expect(Either.isLeft(settled) && settled.left).toMatchObject({ _tag: "ProducerContractError", reason: "StaleGrant" })
-}
+/**
+ * Once the controller has offered a grant to its peer, closes its scope, then calls it on that
+ * grant: it must report not running and answer `StaleGrant` at once.
+ */
+const closeThenCall = (
+  controller: Pick<ProducerController.ProducerController<typeof Order.Type>, "running" | "sendNow">,
+  scope: Scope.CloseableScope,
+  offered: ReadonlyArray<RequestNext>
+) =>
+  Effect.gen(function*() {
+    yield* advanceUntil(() => offered.length > 0, 50, 5_000)
+    const grant = offered[offered.length - 1]
+    expect(controller.running()).toBe(true)
+    yield* Scope.close(scope, Exit.void)
+    expect(controller.running()).toBe(false)
+    const answer = controller.sendNow(grant, [{ messageId: "m1", payload: { id: 1 } }])
+    expect(isEitherOf(answer)).toBe(true)
+    const settled = answer as Either.Either<unknown, { readonly _tag: string; readonly reason?: string }>
+    expect(Either.isLeft(settled) && settled.left).toMatchObject({ _tag: "ProducerContractError", reason: "StaleGrant" })
+  })
 
 describe("a producer-side controller whose scope has closed", () => {
   it.scoped("point-to-point, durable: not running, and a call on its grant is StaleGrant at once", () =>
@@ -61,12 +75,7 @@ describe("a producer-side controller whose scope has closed", () => {
       }, codec, system, keepGrants(offered)).pipe(Scope.extend(scope))
       yield* publish("p", "Producer", "c", controller.address)
       yield* Consumer.make({ name: "c", producer: "p", payload: Order, resendInterval: "100 millis" })
-      yield* advanceUntil(() => offered.length > 0, 50, 5_000)
-      const grant = offered[offered.length - 1]
-      expect(controller.running()).toBe(true)
-      yield* Scope.close(scope, Exit.void)
-      expect(controller.running()).toBe(false)
-      expectRefused(controller.sendNow(grant, [{ messageId: "m1", payload: { id: 1 } }]))
+      yield* closeThenCall(controller, scope, offered)
     }).pipe(Effect.provide(ReliableSystem.layer().pipe(Layer.provideMerge(MemoryTransport.layerMemory)))))
 
   it.scoped("work-pulling, durable: not running, and a call on its grant is StaleGrant at once", () =>
@@ -83,11 +92,6 @@ describe("a producer-side controller whose scope has closed", () => {
       }, codec, system, keepGrants(offered)).pipe(Scope.extend(scope))
       yield* publish("jobs", "WorkProducer", undefined, controller.address)
       yield* WorkPulling.worker({ name: "w1", producer: "jobs", payload: Order, resendInterval: "100 millis" })
-      yield* advanceUntil(() => offered.length > 0, 50, 5_000)
-      const grant = offered[offered.length - 1]
-      expect(controller.running()).toBe(true)
-      yield* Scope.close(scope, Exit.void)
-      expect(controller.running()).toBe(false)
-      expectRefused(controller.sendNow(grant, [{ messageId: "j1", payload: { id: 1 } }]))
+      yield* closeThenCall(controller, scope, offered)
     }).pipe(Effect.provide(ReliableSystem.layer().pipe(Layer.provideMerge(MemoryTransport.layerMemory)))))
 })

@@ -550,7 +550,7 @@ const onStoreCompleted = (
   const known = results.map((result, index) =>
     result.alreadyStored && (
       ProducerHandshake.acceptedBefore(storing, retried, result.accepted) || isHeld(s, result.messageId) ||
-      isConfirmed(s, result) || repeatsEarlier(results, index)
+      (result.accepted && isConfirmed(s, result)) || repeatsEarlier(results, index)
     )
   )
   const alreadyStored = results.map((result) => result.alreadyStored)
@@ -559,11 +559,11 @@ const onStoreCompleted = (
 }
 
 /**
- * True when the stored message lies at or below the confirmed watermark: it was delivered and
- * confirmed already (and its payload compacted away), whoever accepted it. A retried
- * store-and-accept answered for such a message must not emit it again: the answer's `accepted`
- * is then not this handshake's own, but that of an earlier controller whose message this one
- * reloaded, emitted and saw confirmed while the resubmission was being retried.
+ * True when the stored message lies at or below the confirmed watermark. One that was accepted
+ * before was delivered and confirmed already (and its payload compacted away): a retried
+ * store-and-accept answered for it must not emit it again, since its `accepted` is then not this
+ * handshake's own but an earlier controller's, whose message this one reloaded, emitted and saw
+ * confirmed while the resubmission was being retried.
  */
 const isConfirmed = (s: Draft, result: StoreResult): boolean => {
   for (const entry of result.entries) if (entry.seq > s.persistedConfirmSeq) return false

@@ -4,10 +4,10 @@
  * atomic and linearizable on the JavaScript thread.
  *
  * State survives a controller restart when the same instance is reused, like a real store, and is
- * lost with the process. Confirmed entries are compacted: their payloads are dropped, but every
- * business id ever stored keeps its seqs, shape and acceptance, so a resubmission of a confirmed
- * message still answers `alreadyStored` (with an empty payload). The id index therefore grows
- * with the number of distinct messages stored.
+ * lost with the process. Confirmed, accepted entries are compacted: their payloads are dropped,
+ * but every business id ever stored keeps its seqs, shape and acceptance, so a resubmission of a
+ * confirmed message still answers `alreadyStored` (with an empty payload). The id index
+ * therefore grows with the number of distinct messages stored.
  */
 import { Effect, Either, Layer } from "effect"
 import type {
@@ -108,13 +108,18 @@ const accept = (
   })
 }
 
-/** Drops the live entries at or below the new watermark and compacts their payloads. */
+/**
+ * Drops the live entries at or below the new watermark and compacts the payloads of the accepted
+ * ones. A message stored but never accepted keeps its payload: its producer stopped before
+ * accepting it, and the resubmission that follows must get the first write back whole.
+ */
 const compactTo = (state: State, upToSeq: number): void => {
   let count = 0
   while (count < state.live.length && state.live[count].entry.seq <= upToSeq) count += 1
   const owners = new Set(state.live.splice(0, count).map(({ owner }) => owner))
   for (const owner of owners) {
     const message = state.messages.get(owner)!
+    if (!message.accepted) continue
     const entries = message.entries.map((entry) => entry.seq <= upToSeq ? Rules.compactEntry(entry) : entry)
     state.messages.set(owner, { ...message, entries })
   }

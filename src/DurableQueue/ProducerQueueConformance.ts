@@ -407,6 +407,20 @@ const storeTests = ({ fresh }: Suite) =>
         expect(retry.entries[0].seq).toBe(1)
       }))
 
+    it.scoped("a confirm above a stored, never-accepted entry keeps its payload: a resubmission gets the first write", () =>
+      Effect.gen(function*() {
+        const queue = yield* fresh
+        const { epoch } = yield* queue.load
+        // "a" was stored by a producer that stopped before accepting it; "b" went on and was confirmed.
+        const a = yield* queue.store(epoch, { messageId: "a", payload: bytes("first") })
+        yield* queue.store(epoch, { messageId: "b", payload: bytes("b") })
+        yield* queue.accept(epoch, "b")
+        yield* queue.confirm(epoch, 2)
+        const { epoch: next } = yield* queue.load
+        const again = yield* queue.store(next, { messageId: "a", payload: bytes("again") })
+        expect(viewResult(again)).toEqual({ ...viewResult(a), alreadyStored: true, accepted: false })
+      }))
+
     it.scoped("an empty id or one in the reserved chunk namespace is QueueConflict", () =>
       Effect.gen(function*() {
         const queue = yield* fresh

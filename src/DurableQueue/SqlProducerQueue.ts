@@ -16,8 +16,9 @@
  * before, a fenced writer, an unknown id) falls back to the locked transaction, which gives the
  * authoritative answer.
  *
- * Compaction: a confirm drops the payloads of the entries it confirms; the rows stay, so every
- * business id keeps answering `alreadyStored` (with an empty payload) after it was confirmed.
+ * Compaction: a confirm drops the payloads of the accepted entries it confirms; the rows stay,
+ * so every business id keeps answering `alreadyStored` (with an empty payload) after it was
+ * confirmed.
  *
  * SQLite: use one `SqliteClient` per database file in a process (it serializes its connection);
  * separate processes on one file are serialized by SQLite's write lock.
@@ -464,7 +465,10 @@ const accept = (
 
 // ---- confirm ---------------------------------------------------------------------------------
 
-/** Raises the watermark and compacts the payloads of the entries it confirms. */
+/**
+ * Raises the watermark and compacts the payloads of the accepted entries it confirms (a stored,
+ * never-accepted message keeps its payload for the resubmission that follows).
+ */
 const confirm = (
   queue: Queue,
   epoch: QueueEpoch,
@@ -477,7 +481,7 @@ const confirm = (
       if (watermark === undefined) return
       yield* sql`UPDATE ${queues} SET confirmed_seq = ${watermark} WHERE name = ${name}`
       yield* sql`UPDATE ${entries} SET payload = ${toParam(emptyBytes)}
-        WHERE queue = ${name} AND seq > ${head.confirmedSeq} AND seq <= ${watermark}`
+        WHERE queue = ${name} AND seq > ${head.confirmedSeq} AND seq <= ${watermark} AND accepted = 1`
     })).pipe(mapSqlError("confirm"))
 }
 

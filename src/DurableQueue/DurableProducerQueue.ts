@@ -21,9 +21,10 @@
  *   beyond the highest stored seq is `QueueConflict`.
  * - `load` returns only accepted entries above the watermark, in seq order, and `currentSeq`, the
  *   highest seq ever assigned (stored-but-unaccepted entries keep their ids and seqs).
- * - Entries at or below the watermark may be compacted: their payloads may come back empty in a
- *   later `alreadyStored` result, but the business id stays owned, in its stored shape, so a
- *   resubmission still answers `alreadyStored` (or `QueueChunkedBatch`) and appends nothing.
+ * - Accepted entries at or below the watermark may be compacted: their payloads may come back
+ *   empty in a later `alreadyStored` result, but the business id stays owned, in its stored
+ *   shape, so a resubmission still answers `alreadyStored` (or `QueueChunkedBatch`) and appends
+ *   nothing. A message never accepted keeps its payload: its resubmission gets the first write.
  * - A batch call (`storeBatch`, `acceptBatch`, `storeAccepted`) that fails writes nothing.
  * - `storeAccepted` (optional) is `store` then `accept` for each message in turn, in one
  *   transaction: a crash leaves all of it or none of it.

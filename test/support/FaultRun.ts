@@ -270,6 +270,9 @@ export const runPlan = (plan: FaultPlan, makeWorld: (plan: FaultPlan) => Effect.
       yield* world.until(() => restartDue() || allSeen(), limit).pipe(Effect.tapError(() => report("during restarts")))
     }
     yield* world.until(allSeen, limit).pipe(Effect.tapError(() => report("after the restarts")))
+    // Every message can be in before the last send returns: a durable resubmission may still be
+    // retrying its store on the world's clock, which must keep moving until it answers.
+    yield* world.until(() => sending.unsafePoll() !== null, limit).pipe(Effect.tapError(() => report("waiting for the last send")))
     yield* Fiber.join(sending)
     yield* Scope.close(scope!, Exit.void)
     return received

@@ -15,20 +15,13 @@ import * as FaultyTransport from "../src/Transport/FaultyTransport.js"
 import * as RecyclingTransports from "../src/Transport/internal/RecyclingTransports.js"
 import * as MemoryTransport from "../src/Transport/MemoryTransport.js"
 import { Transport } from "../src/Transport/Transport.js"
+import { blob, sameBytes } from "./support/Bytes.js"
 import { advanceUntil, layerRecording, onMicrotasks, recorded } from "./support/Harness.js"
 
 const Blob = Schema.Uint8ArrayFromSelf
 const Doc = Schema.Struct({ title: Schema.String, body: Schema.String })
 
-/** `length` bytes whose content depends on `salt`, so a mixed-up chunk would show. */
-const blob = (length: number, salt = 0): Uint8Array => {
-  const bytes = new Uint8Array(length)
-  for (let index = 0; index < length; index++) bytes[index] = (index * 7 + salt * 13 + (index >> 10)) & 0xff
-  return bytes
-}
-
-/** Byte equality without a per-element deep compare (slow for a MiB). */
-const same = (actual: Uint8Array, expected: Uint8Array) => expect(Buffer.from(actual).equals(Buffer.from(expected))).toBe(true)
+const same = (actual: Uint8Array, expected: Uint8Array) => expect(sameBytes(actual, expected)).toBe(true)
 
 interface Seen {
   readonly messageId: string

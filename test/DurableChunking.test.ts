@@ -22,6 +22,7 @@ import type { RequestNext, Stored } from "../src/Protocol/Contract.js"
 import * as Producer from "../src/Producer.js"
 import * as ReliableSystem from "../src/ReliableSystem.js"
 import { uniqueSuffix } from "./DurableQueue/SqlTestSupport.js"
+import { blob, sameBytes } from "./support/Bytes.js"
 import { advanceUntil, layerRecording, recorded } from "./support/Harness.js"
 import type { Recorder } from "./support/Harness.js"
 import { spy } from "./support/QueueSpy.js"
@@ -30,18 +31,10 @@ const Blob = Schema.Uint8ArrayFromSelf
 const ChunkSize = 1024
 const system = layerRecording
 
-const blob = (length: number, salt: number): Uint8Array => {
-  const bytes = new Uint8Array(length)
-  for (let index = 0; index < length; index++) bytes[index] = (index * 11 + salt * 29) & 0xff
-  return bytes
-}
-
 interface Seen {
   readonly messageId: string
   readonly payload: Uint8Array
 }
-
-const sameBytes = (a: Uint8Array, b: Uint8Array) => Buffer.from(a).equals(Buffer.from(b))
 
 const durableProducer = (queue: DurableProducerQueueService) =>
   Producer.make({ name: "p", consumer: "c", payload: Blob, durableQueue: queue, chunkSize: ChunkSize, retryInterval: "100 millis" })

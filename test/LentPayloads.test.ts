@@ -11,19 +11,11 @@ import * as Reassembly from "../src/Controller/internal/Reassembly.js"
 import * as Producer from "../src/Producer.js"
 import * as ReliableSystem from "../src/ReliableSystem.js"
 import * as MemoryTransport from "../src/Transport/MemoryTransport.js"
+import { blob, sameBytes } from "./support/Bytes.js"
 import { advanceUntil } from "./support/Harness.js"
 import { host, startNode, waitUntil } from "./support/Nodes.js"
 
 const Blob = Schema.Uint8ArrayFromSelf
-
-/** `length` bytes whose content depends on `salt`, so a mixed-up or overwritten chunk would show. */
-const blob = (length: number, salt: number): Uint8Array => {
-  const bytes = new Uint8Array(length)
-  for (let index = 0; index < length; index++) bytes[index] = (index * 7 + salt * 13 + (index >> 10)) & 0xff
-  return bytes
-}
-
-const equal = (actual: Uint8Array, expected: Uint8Array) => Buffer.from(actual.buffer, actual.byteOffset, actual.length).equals(expected)
 
 /** What a handler saw: a copy of the bytes (a lent payload is only valid until confirmed) and whose buffer they were in. */
 interface Seen {
@@ -44,7 +36,7 @@ describe("Reassembly", () => {
   it("join: a new array holding the chunks in order", () => {
     const source = blob(100, 1)
     const joined = Reassembly.join(parts(source, 0, 30, 60, 100))
-    expect(equal(joined, source)).toBe(true)
+    expect(sameBytes(joined, source)).toBe(true)
     expect(joined.buffer).not.toBe(source.buffer)
   })
 
@@ -59,13 +51,13 @@ describe("Reassembly", () => {
     const a = blob(64, 3)
     const b = blob(64, 4)
     const apart = lent.join([a.subarray(0, 16), b.subarray(16, 32)])
-    expect(equal(apart, Buffer.concat([a.subarray(0, 16), b.subarray(16, 32)]))).toBe(true)
+    expect(sameBytes(apart, Buffer.concat([a.subarray(0, 16), b.subarray(16, 32)]))).toBe(true)
     const buffers = new Set([apart.buffer])
     const gap = lent.join([a.subarray(0, 10), a.subarray(11, 20)])
-    expect(equal(gap, Buffer.concat([a.subarray(0, 10), a.subarray(11, 20)]))).toBe(true)
+    expect(sameBytes(gap, Buffer.concat([a.subarray(0, 10), a.subarray(11, 20)]))).toBe(true)
     buffers.add(gap.buffer)
     const swapped = lent.join([a.subarray(8, 16), a.subarray(0, 8)])
-    expect(equal(swapped, Buffer.concat([a.subarray(8, 16), a.subarray(0, 8)]))).toBe(true)
+    expect(sameBytes(swapped, Buffer.concat([a.subarray(8, 16), a.subarray(0, 8)]))).toBe(true)
     buffers.add(swapped.buffer)
     expect(buffers.size).toBe(1)
     // A larger message grows the buffer once; smaller ones fit in it again.
@@ -99,7 +91,7 @@ describe("lendPayloads", () => {
           for (let salt = 0; salt < messages; salt++) yield* producer.send(blob(3000, salt), { messageId: `m${salt}` })
           yield* advanceUntil(() => seen.length === messages, 50, 10_000)
           expect(seen.map((entry) => entry.messageId)).toEqual(Array.from({ length: messages }, (_, salt) => `m${salt}`))
-          for (const [salt, entry] of seen.entries()) expect(equal(entry.copy, blob(3000, salt))).toBe(true)
+          for (const [salt, entry] of seen.entries()) expect(sameBytes(entry.copy, blob(3000, salt))).toBe(true)
           const buffers = new Set(seen.map((entry) => entry.buffer)).size
           if (lend) expect(buffers).toBeLessThanOrEqual(4)
           else expect(buffers).toBe(messages)
@@ -122,9 +114,9 @@ describe("lendPayloads", () => {
         expect(held.messageId).toBe(`m${salt}`)
         // Held over several resend intervals: the message is handed out again, the bytes do not change.
         yield* advanceUntil(() => Effect.runSync(Queue.size(deliveries)) >= 2, 50, 5_000)
-        expect(equal(held.payload, blob(3000, salt))).toBe(true)
+        expect(sameBytes(held.payload, blob(3000, salt))).toBe(true)
         const redelivered = yield* Queue.takeAll(deliveries)
-        for (const again of redelivered) expect([again.messageId, equal(again.payload, blob(3000, salt))]).toEqual([`m${salt}`, true])
+        for (const again of redelivered) expect([again.messageId, sameBytes(again.payload, blob(3000, salt))]).toEqual([`m${salt}`, true])
         yield* held.confirm
       }
     }).pipe(Effect.provide(memory())))
@@ -148,7 +140,7 @@ describe("lendPayloads", () => {
       const sizes = [40_000, 33_000, 4097, 12_288, 39_999, 20_000]
       for (const [salt, size] of sizes.entries()) yield* producer.send(blob(size, salt), { messageId: `m${salt}` })
       yield* waitUntil("every chunked message", () => seen.length === sizes.length)
-      for (const [salt, entry] of seen.entries()) expect([entry.messageId, equal(entry.copy, blob(sizes[salt], salt))]).toEqual([`m${salt}`, true])
+      for (const [salt, entry] of seen.entries()) expect([entry.messageId, sameBytes(entry.copy, blob(sizes[salt], salt))]).toEqual([`m${salt}`, true])
       expect(new Set(seen.map((entry) => entry.buffer)).size).toBe(1)
     }))
 

@@ -14,7 +14,7 @@ import * as Consumer from "./Consumer.js"
 import * as WorkPullingController from "./Controller/WorkPullingController.js"
 import type { WorkPullingStats } from "./Controller/WorkPullingController.js"
 import type { DurableWorkQueueService } from "./DurableQueue/DurableWorkQueue.js"
-import type { EndpointRegistry } from "./internal/EndpointRegistry.js"
+import * as ProducerEndpoint from "./internal/ProducerEndpoint.js"
 import * as Producer from "./Producer.js"
 import * as Config from "./Protocol/Config.js"
 import { EndpointNotFound, ReliableConfigError } from "./Protocol/Errors.js"
@@ -86,7 +86,7 @@ const checkKeys = (options: object): Effect.Effect<void, ReliableConfigError> =>
 }
 
 /** Checks the options of a work-pulling producer. */
-export const checkProducerOptions = <A, I>(options: ProducerOptions<A, I>) =>
+const checkProducerOptions = <A, I>(options: ProducerOptions<A, I>) =>
   Effect.zipRight(
     checkKeys(options),
     Effect.all({
@@ -95,9 +95,6 @@ export const checkProducerOptions = <A, I>(options: ProducerOptions<A, I>) =>
       queueRetry: Config.checkQueueRetry(options.queueRetry)
     })
   )
-
-/** Stats of the work-pulling producers of each system, by endpoint name. */
-const statsSources = new WeakMap<EndpointRegistry, Map<string, () => WorkPullingStats>>()
 
 /**
  * A work-pulling producer endpoint: the same `Producer<A>` as point-to-point (`send`, `sendAll`,
@@ -118,22 +115,14 @@ export const producer = <A, I>(
       durableQueue: options.durableWorkQueue,
       queueRetry: checked.queueRetry
     }
-    let current: WorkPullingController.WorkPullingController<A> | undefined
-    const endpoint = yield* Producer.makeEndpoint<A>(
+    const endpoint = yield* ProducerEndpoint.make(
       system,
       { name: checked.name, kind: "WorkProducer", peer: undefined, address: undefined },
-      (hooks) => Effect.tap(WorkPullingController.make(settings, codec, system, hooks), (controller) => {
-        current = controller
-      })
+      codec,
+      (hooks) => WorkPullingController.make(settings, codec, system, hooks),
+      (current) => ({ workStats: () => current()?.workStats() })
     )
-    const sources = statsSources.get(system.registry) ?? new Map<string, () => WorkPullingStats>()
-    statsSources.set(system.registry, sources)
-    const source = () => current!.workStats()
-    yield* Effect.acquireRelease(
-      Effect.sync(() => sources.set(checked.name, source)),
-      () => Effect.sync(() => void (sources.get(checked.name) === source && sources.delete(checked.name)))
-    )
-    return endpoint
+    return endpoint.producer
   })
 
 /**
@@ -151,6 +140,7 @@ export const worker = <A, I>(
  */
 export const stats = (name: string): Effect.Effect<WorkPullingStats, EndpointNotFound, ReliableSystem> =>
   Effect.flatMap(ReliableSystem, (system) => {
-    const source = statsSources.get(system.internal.registry)?.get(name)
-    return source === undefined ? Effect.fail(new EndpointNotFound({ name })) : Effect.sync(source)
+    const source = system.internal.registry.get(name)?.details.workStats
+    const stats = source?.()
+    return stats === undefined ? Effect.fail(new EndpointNotFound({ name })) : Effect.succeed(stats)
   })

@@ -42,7 +42,7 @@ const publish = (name: string, kind: "Producer" | "WorkProducer", peer: string |
  * grant: it must report not running and answer `StaleGrant` at once.
  */
 const closeThenCall = (
-  controller: Pick<ProducerController.ProducerController<typeof Order.Type>, "running" | "sendNow">,
+  controller: Pick<ProducerController.ProducerController<typeof Order.Type>, "running" | "submit">,
   scope: Scope.CloseableScope,
   offered: ReadonlyArray<RequestNext>
 ) =>
@@ -52,7 +52,7 @@ const closeThenCall = (
     expect(controller.running()).toBe(true)
     yield* Scope.close(scope, Exit.void)
     expect(controller.running()).toBe(false)
-    const answer = controller.sendNow(grant, [{ messageId: "m1", payload: { id: 1 } }])
+    const answer = controller.submit(grant, [{ messageId: "m1", payload: new TextEncoder().encode(`{"id":1}`) }])
     expect(isEitherOf(answer)).toBe(true)
     const settled = answer as Either.Either<unknown, { readonly _tag: string; readonly reason?: string }>
     expect(Either.isLeft(settled) && settled.left).toMatchObject({ _tag: "ProducerContractError", reason: "StaleGrant" })

@@ -1,23 +1,19 @@
 /**
- * The fiber shell around `WorkPullingMachine`: it owns the controller's inbox, its timer (grant
- * retries and worker audits), the resolver lookups that fence registrations and audit bindings,
- * and (when durable) the work-queue lane. Endpoint calls fold in the caller's fiber
- * (`internal/ProducerCalls`), exactly as for a point-to-point producer.
+ * The work-pulling producer controller: `WorkPullingMachine` in the shared producer-side shell
+ * (`internal/ProducerShell`), plus what only work-pulling does: audits of bound workers through
+ * the resolver (a dead worker says nothing), binding counters, and persistence through a
+ * `DurableWorkQueue` (`WorkLane`).
  */
-import { Duration, Effect, FiberSet } from "effect"
+import { Duration, Effect } from "effect"
 import type { Scope } from "effect"
 import type { EndpointRecord } from "../internal/EndpointRegistry.js"
-import type { StopOutcome } from "../internal/StopOutcome.js"
 import { sameAddress } from "../Protocol/Address.js"
 import type { ControllerAddress } from "../Protocol/Address.js"
 import type { PayloadCodec } from "../Protocol/PayloadCodec.js"
-import type { Envelope } from "../Protocol/WireMessage.js"
 import type { SystemInternals } from "../ReliableSystem.js"
 import type { DurableWorkQueueService } from "../DurableQueue/DurableWorkQueue.js"
-import * as DeadlineTimer from "./internal/DeadlineTimer.js"
 import type { QueueRetryPolicy } from "./internal/LaneRunner.js"
-import * as ProducerCalls from "./internal/ProducerCalls.js"
-import * as WireInput from "./internal/WireInput.js"
+import * as ProducerShell from "./internal/ProducerShell.js"
 import type { ProducerController, ProducerHooks } from "./ProducerController.js"
 import * as WorkLane from "./WorkLane.js"
 import * as Machine from "./WorkPullingMachine.js"
@@ -76,6 +72,51 @@ export interface WorkPullingController<A> extends ProducerController<A> {
 export const verifyWorker = (record: EndpointRecord | undefined, producer: string, sender: ControllerAddress): boolean =>
   record !== undefined && record.kind === "Worker" && record.peer === producer && sameAddress(record.address, sender)
 
+const laneActions: ReadonlySet<string> = new Set(["Load", "Store", "Accept", "ConfirmJobs"])
+
+const machine: ProducerShell.ShellMachine<Machine.WorkState, Machine.WorkEvent, Machine.WorkAction> = {
+  step: Machine.step,
+  nextDeadline: Machine.nextDeadline,
+  handshake: (state) => state.handshake,
+  freeDemand: Machine.openDemand,
+  checkProduced: Machine.checkProduced,
+  answeredBefore: Machine.answeredBefore
+}
+
+const newCounters = () => ({
+  sent: 0,
+  dispatched: 0,
+  resent: 0,
+  confirmed: 0,
+  dropped: 0,
+  requeued: 0,
+  fenced: 0,
+  workersGone: 0,
+  workersReplaced: 0,
+  violations: 0
+})
+
+type Counters = ReturnType<typeof newCounters>
+
+const statsOf = (state: Machine.WorkState, counters: Counters): WorkPullingStats => ({
+  workers: state.bindings.length,
+  pending: state.pool.length,
+  perWorker: state.bindings.map((binding) => ({
+    worker: binding.address.endpoint,
+    inFlight: binding.unconfirmed.length,
+    freeDemand: Machine.freeDemand(binding),
+    dispatched: binding.dispatched
+  })),
+  dispatched: counters.dispatched,
+  confirmed: counters.confirmed,
+  requeued: counters.requeued,
+  fenced: counters.fenced,
+  workersGone: counters.workersGone,
+  workersReplaced: counters.workersReplaced,
+  violations: counters.violations,
+  dropped: counters.dropped
+})
+
 export const make = <A>(
   settings: WorkPullingSettings,
   codec: PayloadCodec<A>,
@@ -83,69 +124,29 @@ export const make = <A>(
   hooks: ProducerHooks
 ): Effect.Effect<WorkPullingController<A>, never, Scope.Scope> =>
   Effect.gen(function*() {
-    const incarnation = system.newId()
-    const address: ControllerAddress = { node: system.transport.node, endpoint: settings.endpoint, incarnation }
-    const clock = yield* Effect.clock
-    const runFork = yield* FiberSet.makeRuntime<never>()
+    const identity = ProducerShell.identity(system, settings.endpoint)
     const retryIntervalMs = Duration.toMillis(settings.retryInterval)
     const config: Machine.WorkConfig = {
       endpoint: settings.endpoint,
-      incarnation,
-      sessionId: system.newId(),
+      incarnation: identity.incarnation,
+      sessionId: identity.sessionId,
       deliveryConfirmation: settings.deliveryConfirmation,
       retryIntervalMs,
       auditIntervalMs: retryIntervalMs,
       durable: settings.durableQueue !== undefined
     }
-    const counters = {
-      sent: 0,
-      dispatched: 0,
-      resent: 0,
-      confirmed: 0,
-      dropped: 0,
-      requeued: 0,
-      fenced: 0,
-      workersGone: 0,
-      workersReplaced: 0,
-      violations: 0
-    }
-    const now = () => clock.unsafeCurrentTimeMillis()
-    const timer = DeadlineTimer.make()
-    let state: Machine.WorkState
-    let stoppedWith: StopOutcome | undefined
-    // Set when the controller's scope closes (a respawn, or the endpoint's end): from then on it
-    // takes no call and folds no event, like a stopped one, though nobody is told it stopped.
-    let closed = false
-    const finished = () => closed || stoppedWith !== undefined
-
-    const stop = (outcome: StopOutcome) => {
-      if (finished()) return
-      stoppedWith = outcome
-      calls.abandon()
-      hooks.stopped(outcome)
-    }
-
-    const lane = settings.durableQueue === undefined ? undefined : WorkLane.make({
-      queue: settings.durableQueue,
-      retry: settings.queueRetry,
-      runFork,
-      completed: (event) => void dispatch(event(now())),
-      failed: (stage, cause, terminal) => {
-        if (terminal) dispatch({ _tag: "Fail", stage, cause })
-        else stop({ _tag: "Restart", cause })
-      }
-    })
+    const counters = newCounters()
 
     const verify = (worker: ControllerAddress) =>
       Effect.map(system.lookup(worker.endpoint), (record) => verifyWorker(record, settings.endpoint, worker))
 
-    const ended = (action: Extract<Machine.WorkAction, { readonly _tag: "BindingEnded" }>) => {
+    const ended = (action: Extract<Machine.WorkAction, { readonly _tag: "BindingEnded" }>, context: ProducerShell.ShellContext<Machine.WorkEvent>) => {
       counters.requeued += action.requeued
       if (action.reason === "Gone") counters.workersGone++
       else if (action.reason === "Replaced") counters.workersReplaced++
       else {
         counters.violations++
-        runFork(Effect.logWarning(
+        context.runFork(Effect.logWarning(
           `work-pulling producer "${settings.endpoint}": worker ${action.worker.endpoint} broke the protocol; ` +
             `its binding ended and ${action.requeued} job(s) went back to the pool`,
           action.cause
@@ -153,131 +154,71 @@ export const make = <A>(
       }
     }
 
-    const perform = (actions: ReadonlyArray<Machine.WorkAction>) => {
-      let envelopes: Array<Envelope> | undefined
-      for (const action of actions) {
-        switch (action._tag) {
-          case "Send":
-          case "Resend":
-            if (action._tag === "Resend") counters.resent++
-            else if (action.message._tag === "SequencedMessage") counters.dispatched++
-            else counters.sent++
-            ;(envelopes ??= []).push({ from: address, to: action.to, message: action.message })
-            break
-          case "Offer":
-            hooks.offerGrant(action.grant)
-            timer.wake()
-            break
-          case "Answer":
-            calls.settle(action)
-            break
-          case "Completed":
-          case "AckRejected":
-            break
-          case "Verify":
-            runFork(Effect.flatMap(verify(action.address), (ok) =>
-              Effect.sync(() => dispatch({ _tag: "Verified", address: action.address, nonce: action.nonce, ok, now: now() }))))
-            break
-          case "Audit":
-            runFork(Effect.forEach(action.workers, (worker) =>
-              Effect.flatMap(verify(worker), (live) =>
-                Effect.sync(() => dispatch({ _tag: "Audited", address: worker, live, now: now() }))), { discard: true }))
-            break
-          case "Notify":
-            counters.confirmed += action.confirmed.length
-            hooks.notify(action.confirmed)
-            break
-          case "Confirmed":
-            counters.confirmed += action.count
-            break
-          case "Load":
-          case "Store":
-          case "Accept":
-          case "ConfirmJobs":
-            lane?.submit(action)
-            break
-          case "BindingEnded":
-            ended(action)
-            break
-          case "Fail":
-            stop({ _tag: "Terminal", stage: action.stage, cause: action.cause })
-            break
-          case "Dropped":
-            if (action.reason === "UnverifiedSender") counters.fenced++
-            else counters.dropped++
-            break
-        }
+    const perform = (action: Machine.WorkAction, context: ProducerShell.ShellContext<Machine.WorkEvent>): boolean => {
+      switch (action._tag) {
+        case "Send":
+        case "Resend":
+          if (action._tag === "Resend") counters.resent++
+          else if (action.message._tag === "SequencedMessage") counters.dispatched++
+          else counters.sent++
+          context.post({ from: identity.address, to: action.to, message: action.message })
+          break
+        case "Audit":
+          context.runFork(Effect.forEach(action.workers, (worker) =>
+            Effect.flatMap(verify(worker), (live) =>
+              Effect.sync(() => context.dispatch({ _tag: "Audited", address: worker, live, now: context.now() }))), { discard: true }))
+          break
+        case "BindingEnded":
+          ended(action, context)
+          break
       }
-      if (envelopes !== undefined) system.transport.post(envelopes)
+      return true
     }
 
-    const dispatch = (event: Machine.WorkEvent): ReadonlyArray<Machine.WorkAction> => {
-      if (finished()) return []
-      const next = Machine.step(state, event)
-      state = next.state
-      perform(next.actions)
-      // A first binding sets an audit deadline the idle timer must learn about.
-      if (state.nextAuditAt !== undefined) timer.wake()
-      return next.actions
-    }
-
-    const calls: ProducerCalls.Calls<A> = ProducerCalls.make({
-      endpoint: settings.endpoint,
+    const shell: ProducerShell.Shell<Machine.WorkState, A> = yield* ProducerShell.make<Machine.WorkState, Machine.WorkEvent, Machine.WorkAction, A>({
+      identity,
+      system,
+      hooks,
       codec,
       durable: config.durable,
-      now,
-      stopped: finished,
-      check: (grant, messageId, payload) => Machine.checkProduced(state, grant, messageId, payload),
-      answeredBefore: (grant, messageId) => Machine.answeredBefore(state, grant, messageId),
-      dispatch
-    })
-    // Closing the scope ends the controller and releases every waiting caller. A call made after
-    // that (a fiber that took this controller's grant just before the respawn) must be refused at
-    // once: folded, it would start a store no fiber runs any more and wait for it forever.
-    yield* Effect.addFinalizer(() =>
-      Effect.sync(() => {
-        closed = true
-        calls.abandon()
-      })
-    )
-
-    const started = Machine.initial(config)
-    state = started.state
-    perform(started.actions)
-
-    yield* WireInput.attach(system.transport, address, WireInput.fromConsumer, dispatch, counters, now)
-    yield* timer.run({ tick: () => void dispatch({ _tag: "Tick", now: now() }), deadline: () => Machine.nextDeadline(state), now, recheckMs: retryIntervalMs })
-
-    const workStats = (): WorkPullingStats => ({
-      workers: state.bindings.length,
-      pending: state.pool.length,
-      perWorker: state.bindings.map((binding) => ({
-        worker: binding.address.endpoint,
-        inFlight: binding.unconfirmed.length,
-        freeDemand: Machine.freeDemand(binding),
-        dispatched: binding.dispatched
-      })),
-      dispatched: counters.dispatched,
-      confirmed: counters.confirmed,
-      requeued: counters.requeued,
-      fenced: counters.fenced,
-      workersGone: counters.workersGone,
-      workersReplaced: counters.workersReplaced,
-      violations: counters.violations,
-      dropped: counters.dropped
+      retryIntervalMs,
+      counters,
+      machine,
+      initial: () => Machine.initial(config),
+      verify,
+      lane: settings.durableQueue === undefined ? undefined : (context) => {
+        const lane = WorkLane.make({
+          queue: settings.durableQueue!,
+          retry: settings.queueRetry,
+          runFork: context.runFork,
+          completed: (event) => context.dispatch(event(context.now())),
+          failed: (stage, cause, terminal) => {
+            if (terminal) context.dispatch({ _tag: "Fail", stage, cause })
+            else context.stop({ _tag: "Restart", cause })
+          }
+        })
+        return { submit: (action) => lane.submit(action as WorkLane.LaneAction) }
+      },
+      laneActions,
+      perform,
+      dropped: (reason) => {
+        if (reason === "UnverifiedSender") counters.fenced++
+        else counters.dropped++
+      },
+      // A first binding sets an audit deadline the idle timer must learn about.
+      afterStep: (_, after) => {
+        if (after.nextAuditAt !== undefined) shell.wakeTimer()
+      }
     })
 
     return {
-      address,
-      running: () => !finished(),
-      produce: calls.produce,
-      produceAll: calls.produceAll,
-      storedAck: calls.storedAck,
-      ackAll: calls.ackAll,
-      sendNow: calls.sendNow,
-      handshake: () => state.handshake,
-      freeDemand: () => Machine.openDemand(state),
-      stats: () => ({ sent: counters.sent + counters.dispatched, resent: counters.resent, confirmed: counters.confirmed, dropped: counters.dropped + counters.fenced }),
-      workStats
+      ...shell,
+      stats: () => ({
+        sent: counters.sent + counters.dispatched,
+        resent: counters.resent,
+        confirmed: counters.confirmed,
+        dropped: counters.dropped + counters.fenced
+      }),
+      workStats: () => statsOf(shell.state(), counters)
     }
   })

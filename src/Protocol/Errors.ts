@@ -62,6 +62,7 @@ export class FrameTooLarge extends Data.TaggedError("FrameTooLarge")<{
 /** Why a producer-side contract call was refused. */
 export type ProducerContractReason =
   | "BlankMessageId"
+  | "InvalidMessageId"
   | "ReservedMessageId"
   | "MissingPayload"
   | "ForeignGrant"
@@ -75,7 +76,27 @@ export class ProducerContractError extends Data.TaggedError("ProducerContractErr
   readonly message: string
 }> {}
 
-/** A payload its Schema could not encode; deterministic, so the flow stops (stage Protocol). */
+/**
+ * A message the durable queue refused for its content (on PostgreSQL a data error: SQLSTATE
+ * class 22 or 54). Nothing was stored; the flow goes on, and other messages are unaffected.
+ */
+export class MessageRejected extends Data.TaggedError("MessageRejected")<{
+  readonly endpointName: string
+  /** The refused message, when the queue's answer tells it apart from the rest of its batch. */
+  readonly messageId: string | undefined
+  readonly cause: unknown
+}> {
+  override get message(): string {
+    const reason = this.cause instanceof Error ? this.cause.message : String(this.cause)
+    const what = this.messageId === undefined ? "a message" : `message ${this.messageId}`
+    return `the durable queue of ${this.endpointName} refused ${what}: ${reason}`
+  }
+}
+
+/**
+ * A payload its Schema could not encode: the caller's mistake, like a blank id. It fails that
+ * call; nothing is stored and the flow goes on.
+ */
 export class PayloadEncodeError extends Data.TaggedError("PayloadEncodeError")<{
   readonly endpointName: string
   readonly messageId: string

@@ -15,6 +15,8 @@ import type { ParseResult } from "effect"
 import * as PlainStruct from "./PlainStruct.js"
 
 export interface PayloadCodec<A> {
+  /** True when payloads travel as their own bytes (a `Uint8ArrayFromSelf` encoded side). */
+  readonly binary: boolean
   /**
    * `copy` makes a binary payload's snapshot (default: a fresh array); other payloads are new
    * bytes anyway.
@@ -43,6 +45,7 @@ export const make = <A, I>(schema: Schema.Schema<A, I, never>): PayloadCodec<A> 
   const decodeValue = Schema.decodeUnknownEither(schema)
   if (isBinary(schema)) {
     return {
+      binary: true,
       // A copy: the controller keeps the bytes until they are confirmed, whatever the caller
       // does with its array after `send`.
       encode: (value, copy) =>
@@ -56,6 +59,7 @@ export const make = <A, I>(schema: Schema.Schema<A, I, never>): PayloadCodec<A> 
   const write = PlainStruct.compileWrite(schema.ast)
   const read = PlainStruct.compileRead(schema.ast)
   return {
+    binary: false,
     encode: (value) => {
       const written = write?.(value)
       if (written !== undefined) return Either.right(written)

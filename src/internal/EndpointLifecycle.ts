@@ -12,7 +12,7 @@ import { ReliableDeliveryFailed } from "../Protocol/Failure.js"
 import type { ReliableControllerRole, ReliableDeliveryStage } from "../Protocol/Failure.js"
 import type { ControllerAddress } from "../Protocol/Address.js"
 import type { SystemInternals } from "../ReliableSystem.js"
-import type { EndpointRecord, LocalEndpoint } from "./EndpointRegistry.js"
+import type { EndpointDetails, EndpointRecord, LocalEndpoint } from "./EndpointRegistry.js"
 import type { StopOutcome } from "./StopOutcome.js"
 
 export interface Lifecycle<C> {
@@ -30,6 +30,8 @@ export interface LifecycleOptions<C> {
   readonly address: (controller: C) => ControllerAddress
   /** Runs synchronously when a controller stops (e.g. to void its grants). */
   readonly onStop?: () => void
+  /** What the endpoint tells about itself in the system's registry. */
+  readonly details?: EndpointDetails | undefined
 }
 
 export const make = <C>(options: LifecycleOptions<C>): Effect.Effect<Lifecycle<C>, ReliableConfigError, Scope.Scope> =>
@@ -96,7 +98,7 @@ export const make = <C>(options: LifecycleOptions<C>): Effect.Effect<Lifecycle<C
     )
     // The cluster claim goes first: a name held on another node fails here with nothing claimed locally.
     if (cluster !== undefined) yield* cluster.claim(options.record, fence)
-    claimed.entry = yield* options.system.registry.claim(options.record, respawn)
+    claimed.entry = yield* options.system.registry.claim(options.record, respawn, options.details)
     yield* Effect.addFinalizer(() => closeCurrent)
     yield* respawn
     return { current: () => current, respawn }

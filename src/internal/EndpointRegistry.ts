@@ -7,6 +7,7 @@ import type { Scope } from "effect"
 import type { ControllerAddress } from "../Protocol/Address.js"
 import { ReliableConfigError } from "../Protocol/Errors.js"
 import type { EndpointKind } from "../Protocol/WireMessage.js"
+import type { WorkPullingStats } from "../Controller/WorkPullingController.js"
 
 export type { EndpointKind } from "../Protocol/WireMessage.js"
 
@@ -20,10 +21,17 @@ export interface EndpointRecord {
   readonly address: ControllerAddress | undefined
 }
 
+/** What an endpoint tells about itself beyond its record (for `WorkPulling.stats` and operators). */
+export interface EndpointDetails {
+  /** A work-pulling producer's view of its pool. */
+  readonly workStats?: (() => WorkPullingStats | undefined) | undefined
+}
+
 export interface LocalEndpoint {
   record: EndpointRecord
   /** Replaces the controller with a fresh one (new incarnation, new session, new epoch). */
   readonly respawn: Effect.Effect<void>
+  readonly details: EndpointDetails
 }
 
 export class EndpointRegistry {
@@ -32,7 +40,8 @@ export class EndpointRegistry {
   /** Claims a name for the life of the scope; a taken name is a configuration error. */
   claim(
     record: EndpointRecord,
-    respawn: Effect.Effect<void>
+    respawn: Effect.Effect<void>,
+    details: EndpointDetails = {}
   ): Effect.Effect<LocalEndpoint, ReliableConfigError, Scope.Scope> {
     return Effect.acquireRelease(
       Effect.suspend(() => {
@@ -41,7 +50,7 @@ export class EndpointRegistry {
             new ReliableConfigError({ option: "name", message: `a reliable endpoint named "${record.name}" already exists on this system` })
           )
         }
-        const entry: LocalEndpoint = { record, respawn }
+        const entry: LocalEndpoint = { record, respawn, details }
         this.endpoints.set(record.name, entry)
         return Effect.succeed(entry)
       }),

@@ -6,7 +6,7 @@ import { Duration, Effect } from "effect"
 import type { DurableProducerQueueService } from "../../src/DurableQueue/DurableProducerQueue.js"
 import type { DurableQueueError } from "../../src/DurableQueue/QueueErrors.js"
 
-export type Operation = "load" | "store" | "storeChunked" | "storeBatch" | "accept" | "acceptBatch" | "confirm"
+export type Operation = "load" | "store" | "storeChunked" | "storeBatch" | "accept" | "acceptBatch" | "confirm" | "storeAccepted"
 
 export interface Spy {
   readonly queue: DurableProducerQueueService
@@ -18,7 +18,11 @@ export interface Spy {
   readonly delay: (operation: Operation, millis: number) => void
 }
 
-export const spy = (inner: DurableProducerQueueService): Spy => {
+/**
+ * `fused`: pass the queue's `storeAccepted` through (watched too); by default the wrapper has
+ * none, so a producer stores and then accepts in two calls.
+ */
+export const spy = (inner: DurableProducerQueueService, options: { readonly fused?: boolean } = {}): Spy => {
   const calls: Array<{ readonly operation: Operation; readonly argument: unknown }> = []
   const failures = new Map<Operation, { error: DurableQueueError; count: number }>()
   const delays = new Map<Operation, number>()
@@ -40,7 +44,11 @@ export const spy = (inner: DurableProducerQueueService): Spy => {
     storeBatch: (epoch, requests) => wrap("storeBatch", requests.map((request) => request.messageId), inner.storeBatch(epoch, requests)),
     accept: (epoch, messageId) => wrap("accept", messageId, inner.accept(epoch, messageId)),
     acceptBatch: (epoch, messageIds) => wrap("acceptBatch", messageIds, inner.acceptBatch(epoch, messageIds)),
-    confirm: (epoch, upToSeq) => wrap("confirm", upToSeq, inner.confirm(epoch, upToSeq))
+    confirm: (epoch, upToSeq) => wrap("confirm", upToSeq, inner.confirm(epoch, upToSeq)),
+    ...(inner.storeAccepted === undefined || options.fused !== true ? {} : {
+      storeAccepted: (epoch: number, requests: Parameters<NonNullable<DurableProducerQueueService["storeAccepted"]>>[1]) =>
+        wrap("storeAccepted", requests.map((request) => request.messageId), inner.storeAccepted!(epoch, requests))
+    })
   } as DurableProducerQueueService
   return {
     queue,

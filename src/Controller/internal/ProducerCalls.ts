@@ -1,28 +1,47 @@
 /**
- * The endpoint calls of a producer-side controller shell (`produce`, `produceAll`, `storedAck`,
- * `ackAll`, `sendNow`), shared by point-to-point and work-pulling. Each call folds through the
- * controller's machine in the caller's fiber: a fold is synchronous, so the JS thread already
- * serializes it with the inbox fiber's folds. A volatile controller answers in the same fold; a
- * durable one answers when its store completes (the machine's `Answer` action, passed to `settle`).
- * `sendNow` (the everyday path) produces and acknowledges in one event: a durable controller
- * answers it once the messages are stored and accepted, in one durable step.
+ * The endpoint calls of a producer-side controller (`produce`, `storedAck`, `ackAll`, `submit`),
+ * shared by point-to-point and work-pulling. Each call folds through the controller's machine in
+ * the caller's fiber. A volatile controller answers in the same fold; a durable one answers when
+ * its store completes (the machine's `Answer` action, passed to `settle`).
+ *
+ * `submit` is the everyday path: items the endpoint has already validated and encoded are
+ * produced and acknowledged in one event, and the answer is handed back at once (volatile) or as
+ * a `PendingAnswer` that settles when the durable store-and-accept step completes.
  */
-import { Deferred, Effect, Either, FiberId } from "effect"
+import { Effect, Either } from "effect"
 import type { RequestNext, Stored, StoredAck } from "../../Protocol/Contract.js"
 import { PayloadEncodeError, ProducerContractError } from "../../Protocol/Errors.js"
-import type { FrameTooLarge } from "../../Protocol/Errors.js"
+import type { FrameTooLarge, MessageRejected } from "../../Protocol/Errors.js"
 import type { ReliableDeliveryStage } from "../../Protocol/Failure.js"
 import type { PayloadCodec } from "../../Protocol/PayloadCodec.js"
 import type { AckRejectedAction, AnswerAction, HandshakeEvent, ProduceItem } from "./ProducerHandshake.js"
-import { isEitherOf } from "../../internal/IsEither.js"
+
+export type { AnswerAction } from "./ProducerHandshake.js"
 
 /** Why a produce call can fail. */
-export type ProduceError = ProducerContractError | PayloadEncodeError | FrameTooLarge
+export type ProduceError = ProducerContractError | PayloadEncodeError | FrameTooLarge | MessageRejected
 
-/** An item handed to the controller by the endpoint. */
-export interface Item<A> {
-  readonly messageId: string
-  readonly payload: A
+/** What a submit answers: the `Stored` of every item in order, or why none was stored. */
+export type Answer = Either.Either<ReadonlyArray<Stored>, ProduceError>
+
+/** The answer of a submit that waits for a durable store; it settles exactly once. */
+export class PendingAnswer {
+  private answer: Answer | undefined
+  private listener: ((answer: Answer) => void) | undefined
+
+  /** Calls `listener` with the answer: at once if it is already known. */
+  onAnswer(listener: (answer: Answer) => void): void {
+    if (this.answer !== undefined) listener(this.answer)
+    else this.listener = listener
+  }
+
+  resolve(answer: Answer): void {
+    if (this.answer !== undefined) return
+    this.answer = answer
+    const listener = this.listener
+    this.listener = undefined
+    listener?.(answer)
+  }
 }
 
 /** The events the calls fold: the contract events, and a terminal failure. */
@@ -47,27 +66,23 @@ export interface CallsOptions<A> {
 }
 
 export interface Calls<A> {
+  /** The contract's `Produced`: encodes and stores one message; resolves with its `Stored`. */
   readonly produce: (grant: RequestNext, messageId: string, payload: A) => Effect.Effect<Stored, ProduceError>
-  readonly produceAll: (grant: RequestNext, items: ReadonlyArray<Item<A>>) => Effect.Effect<ReadonlyArray<Stored>, ProduceError>
   readonly storedAck: (ack: StoredAck) => Effect.Effect<void, ProducerContractError>
   readonly ackAll: (token: string) => void
   /**
-   * Produces and acknowledges under one grant: settled at once when volatile; when durable, an
-   * effect that resolves once the messages are stored and accepted (a message whose accept never
-   * landed is not in the queue's reload, so its sender must not think it is sent). If the
-   * controller stops first, the caller is told to retry (same messageId, same seq).
+   * Produces and acknowledges encoded items under one grant: answered at once when volatile;
+   * when durable, a `PendingAnswer` that settles once the items are stored and accepted (a
+   * message whose accept never landed is not in the queue's reload, so its sender must not think
+   * it is sent). If the controller stops first, the answer is `StaleGrant`: take a new grant and
+   * submit again (same messageIds, same seqs).
    */
-  readonly sendNow: (
-    grant: RequestNext,
-    items: ReadonlyArray<Item<A>>
-  ) => Either.Either<ReadonlyArray<Stored>, ProduceError> | Effect.Effect<ReadonlyArray<Stored>, ProduceError>
+  readonly submit: (grant: RequestNext, items: ReadonlyArray<ProduceItem>) => Answer | PendingAnswer
   /** The machine answered a grant whose caller may be waiting. */
   readonly settle: (action: AnswerAction) => void
   /** The controller stopped: every waiting caller is told to take a new grant. */
   readonly abandon: () => void
 }
-
-type Answer = Either.Either<ReadonlyArray<Stored>, ProduceError>
 
 const findAnswer = (actions: ReadonlyArray<{ readonly _tag: string }>, token: string) => {
   for (const action of actions) {
@@ -77,8 +92,9 @@ const findAnswer = (actions: ReadonlyArray<{ readonly _tag: string }>, token: st
 }
 
 export const make = <A>(options: CallsOptions<A>): Calls<A> => {
-  const replies = new Map<string, Deferred.Deferred<ReadonlyArray<Stored>, ProducerContractError>>()
+  const replies = new Map<string, PendingAnswer>()
   const { dispatch, now } = options
+  const copy = options.codec.binary ? (options.snapshot ?? ((bytes: Uint8Array) => bytes.slice())) : undefined
 
   const stoppedError = (grant: RequestNext | string) =>
     new ProducerContractError({
@@ -86,61 +102,67 @@ export const make = <A>(options: CallsOptions<A>): Calls<A> => {
       message: `the controller of "${options.endpoint}" has stopped; grant ${typeof grant === "string" ? grant : grant.token} is void, take a new one`
     })
 
-  /**
-   * Validates and encodes every item and folds one Produce (or, `acknowledged`, one
-   * produce-and-acknowledge). Volatile controllers answer in the same fold; durable ones answer
-   * when the store completes (the returned Deferred).
-   */
-  const produceNow = (
-    grant: RequestNext,
-    items: ReadonlyArray<Item<A>>,
-    acknowledged: boolean
-  ): Answer | Deferred.Deferred<ReadonlyArray<Stored>, ProducerContractError> => {
-    if (options.stopped()) return Either.left(stoppedError(grant))
-    const encoded: Array<ProduceItem> = new Array(items.length)
+  /** Checks and prepares every item; the first refusal answers the whole call (nothing is stored). */
+  const prepare = (grant: RequestNext, items: ReadonlyArray<ProduceItem>): Either.Either<ReadonlyArray<ProduceItem>, ProduceError> => {
+    let prepared: Array<ProduceItem> | undefined
     for (let index = 0; index < items.length; index++) {
       const item = items[index]
       const invalid = options.check(grant, item.messageId, item.payload)
       if (invalid !== undefined) return Either.left(invalid)
-      if (items.length === 1) {
-        const before = options.answeredBefore(grant, item.messageId)
-        if (before !== undefined) return Either.map(before, (stored) => [stored])
-      }
-      const bytes = options.codec.encode(item.payload, options.snapshot)
-      if (Either.isLeft(bytes)) {
-        const error = new PayloadEncodeError({ endpointName: options.endpoint, messageId: item.messageId, cause: bytes.left })
-        dispatch({ _tag: "Fail", stage: "Protocol", cause: error })
-        return Either.left(error)
-      }
-      const refused = options.refuse?.(item.messageId, bytes.right.length)
+      const refused = options.refuse?.(item.messageId, item.payload.length)
       if (refused !== undefined) return Either.left(refused)
-      encoded[index] = { messageId: item.messageId, payload: bytes.right }
+      if (copy !== undefined) (prepared ??= new Array(items.length))[index] = { messageId: item.messageId, payload: copy(item.payload) }
     }
+    return Either.right(prepared ?? items)
+  }
+
+  /** Folds one Produce (or one produce-and-acknowledge) and returns its answer, or waits for it. */
+  const fold = (grant: RequestNext, items: ReadonlyArray<ProduceItem>, acknowledged: boolean): Answer | PendingAnswer => {
     const answered = findAnswer(
-      dispatch({ _tag: acknowledged ? "ProduceAcked" : "Produce", grant, items: encoded, now: now() }),
+      dispatch({ _tag: acknowledged ? "ProduceAcked" : "Produce", grant, items, now: now() }),
       grant.token
     )
     if (answered !== undefined) return answered
     if (options.stopped()) return Either.left(stoppedError(grant))
     let reply = replies.get(grant.token)
     if (reply === undefined) {
-      reply = Deferred.unsafeMake<ReadonlyArray<Stored>, ProducerContractError>(FiberId.none)
+      reply = new PendingAnswer()
       replies.set(grant.token, reply)
     }
     return reply
   }
 
-  const produceAll = (grant: RequestNext, items: ReadonlyArray<Item<A>>) =>
-    Effect.suspend((): Effect.Effect<ReadonlyArray<Stored>, ProduceError> => {
-      const answered = produceNow(grant, items, false)
-      return isEitherOf(answered) ? answered : Deferred.await(answered)
+  const submit = (grant: RequestNext, items: ReadonlyArray<ProduceItem>): Answer | PendingAnswer => {
+    if (options.stopped()) return Either.left(stoppedError(grant))
+    if (items.length === 1) {
+      const before = options.answeredBefore(grant, items[0].messageId)
+      if (before !== undefined) return Either.map(before, (stored) => [stored])
+    }
+    const prepared = prepare(grant, items)
+    return Either.isLeft(prepared) ? Either.left(prepared.left) : fold(grant, prepared.right, true)
+  }
+
+  /**
+   * The contract's `Produced`: a payload its Schema cannot encode is the caller's mistake, like a
+   * blank id: it fails this call, stores nothing, and the grant stays good for the next answer.
+   */
+  const produce = (grant: RequestNext, messageId: string, payload: A) =>
+    Effect.suspend((): Effect.Effect<Stored, ProduceError> => {
+      if (options.stopped()) return Effect.fail(stoppedError(grant))
+      const invalid = options.check(grant, messageId, payload)
+      if (invalid !== undefined) return Effect.fail(invalid)
+      const before = options.answeredBefore(grant, messageId)
+      if (before !== undefined) return before
+      const bytes = options.codec.encode(payload, copy)
+      if (Either.isLeft(bytes)) return Effect.fail(new PayloadEncodeError({ endpointName: options.endpoint, messageId, cause: bytes.left }))
+      const refused = options.refuse?.(messageId, bytes.right.length)
+      if (refused !== undefined) return Effect.fail(refused)
+      const answer = fold(grant, [{ messageId, payload: bytes.right }], false)
+      return Effect.map(awaitAnswer(answer), (stored) => stored[0])
     })
 
-  const ackAll = (token: string) => void dispatch({ _tag: "AckAll", token, now: now() })
-
   return {
-    produce: (grant, messageId, payload) => Effect.map(produceAll(grant, [{ messageId, payload }]), (stored) => stored[0]),
-    produceAll,
+    produce,
     storedAck: (ack) =>
       Effect.suspend((): Effect.Effect<void, ProducerContractError> => {
         for (const action of dispatch({ _tag: "StoredAck", ack, now: now() })) {
@@ -148,28 +170,31 @@ export const make = <A>(options: CallsOptions<A>): Calls<A> => {
         }
         return Effect.void
       }),
-    ackAll,
-    sendNow: (grant, items) => {
-      // The durable answer comes with the completion of the store-and-accept step.
-      const answered = produceNow(grant, items, true)
-      return isEitherOf(answered) ? answered : Deferred.await(answered)
-    },
+    ackAll: (token) => void dispatch({ _tag: "AckAll", token, now: now() }),
+    submit,
     settle: (action) => {
       // The everyday volatile path answers in the fold and never waits: skip hashing its token.
       if (replies.size === 0) return
       const reply = replies.get(action.token)
       if (reply === undefined) return
       replies.delete(action.token)
-      Deferred.unsafeDone(reply, Either.isRight(action.result) ? Effect.succeed(action.result.right) : Effect.fail(action.result.left))
+      reply.resolve(action.result)
     },
     abandon: () => {
-      for (const [token, reply] of replies) {
-        Deferred.unsafeDone(reply, Effect.fail(new ProducerContractError({
+      const waiting = [...replies]
+      replies.clear()
+      for (const [token, reply] of waiting) {
+        reply.resolve(Either.left(new ProducerContractError({
           reason: "StaleGrant",
           message: `the controller of "${options.endpoint}" stopped before grant ${token} was stored; take a new grant`
         })))
       }
-      replies.clear()
     }
   }
 }
+
+/** An answer as an effect: at once when known, else when it settles. */
+export const awaitAnswer = (answer: Answer | PendingAnswer): Effect.Effect<ReadonlyArray<Stored>, ProduceError> =>
+  answer instanceof PendingAnswer
+    ? Effect.async<ReadonlyArray<Stored>, ProduceError>((resume) => answer.onAnswer(resume))
+    : answer

@@ -15,10 +15,11 @@
  * commits and leaves nothing half done after a crash.
  */
 import { Either } from "effect"
-import { isReservedMessageId } from "../../Protocol/ChunkId.js"
 import { RequestNext, Stored } from "../../Protocol/Contract.js"
 import type { StoredAck } from "../../Protocol/Contract.js"
 import { ProducerContractError } from "../../Protocol/Errors.js"
+import { checkMessageId } from "../../Protocol/MessageIdRule.js"
+import type { MessageIdProblem } from "../../Protocol/MessageIdRule.js"
 
 /** Where the one-at-a-time producer handshake stands; `M` is the machine's stored-message form. */
 export type Handshake<M = unknown> =
@@ -159,6 +160,12 @@ export const checkGrant = (
   return undefined
 }
 
+const reasons: Record<MessageIdProblem, ProducerContractError["reason"]> = {
+  Blank: "BlankMessageId",
+  Invalid: "InvalidMessageId",
+  Reserved: "ReservedMessageId"
+}
+
 /** Checks a `Produced` before its payload is encoded. Returns an error, or undefined when valid. */
 export const checkProduced = (
   config: HandshakeConfig,
@@ -166,12 +173,8 @@ export const checkProduced = (
   messageId: string,
   payload: unknown
 ): ProducerContractError | undefined => {
-  if (typeof messageId !== "string" || messageId.trim().length === 0) {
-    return contractError("BlankMessageId", "Produced.messageId must be a non-blank string")
-  }
-  if (isReservedMessageId(messageId)) {
-    return contractError("ReservedMessageId", `Produced.messageId must not start with the reserved prefix: ${messageId}`)
-  }
+  const problem = checkMessageId(messageId)
+  if (problem !== undefined) return contractError(reasons[problem.problem], problem.message)
   if (payload === undefined) return contractError("MissingPayload", `Produced ${messageId} carries no payload`)
   return checkGrant(config, grant.endpoint, grant.controller, "Produced")
 }

@@ -1,0 +1,287 @@
+/**
+ * The fiber shell every producer-side controller shares (point-to-point and work-pulling). It
+ * holds the machine's state, folds events through the machine's pure `step` and performs the
+ * actions both machines have in common: offering a grant, answering a caller, verifying a
+ * registration, reporting confirmations, handing durable operations to the lane, stopping. A
+ * controller adds only what differs: its machine, how it sends, its lane, its own actions.
+ *
+ * There is no inbox fiber. Wire input folds where the transport delivers it (`WireInput`),
+ * endpoint calls fold in the caller's fiber (`ProducerCalls`), timer ticks in the timer's fiber:
+ * a fold is synchronous and never yields, so the JS thread runs one at a time.
+ *
+ * Closing the controller's scope ends it: it takes no call and folds no event from then on, and
+ * every caller waiting on it is told to take a new grant.
+ */
+import { Effect, FiberSet } from "effect"
+import type { Either, Fiber, Scope } from "effect"
+import type { StopOutcome } from "../../internal/StopOutcome.js"
+import type { SystemInternals } from "../../ReliableSystem.js"
+import type { ControllerAddress } from "../../Protocol/Address.js"
+import type { DeliveryConfirmed, RequestNext, Stored } from "../../Protocol/Contract.js"
+import type { FrameTooLarge, ProducerContractError } from "../../Protocol/Errors.js"
+import type { ReliableDeliveryStage } from "../../Protocol/Failure.js"
+import type { PayloadCodec } from "../../Protocol/PayloadCodec.js"
+import type { ConsumerToProducer, Envelope } from "../../Protocol/WireMessage.js"
+import * as DeadlineTimer from "./DeadlineTimer.js"
+import * as ProducerCalls from "./ProducerCalls.js"
+import type { Handshake } from "./ProducerHandshake.js"
+import * as WireInput from "./WireInput.js"
+
+/** What a producer-side controller tells its endpoint. */
+export interface ProducerHooks {
+  readonly offerGrant: (grant: RequestNext) => void
+  readonly notify: (confirmed: ReadonlyArray<DeliveryConfirmed>) => void
+  /** The controller stopped: terminal (publish and wait for respawn) or to be restarted. */
+  readonly stopped: (outcome: StopOutcome) => void
+}
+
+/** Who a controller is: its address (a fresh incarnation) and its session. */
+export interface Identity {
+  readonly incarnation: string
+  readonly sessionId: string
+  readonly address: ControllerAddress
+}
+
+export const identity = (system: SystemInternals, endpoint: string): Identity => {
+  const incarnation = system.newId()
+  return { incarnation, sessionId: system.newId(), address: { node: system.transport.node, endpoint, incarnation } }
+}
+
+/** The events the shell itself folds; every producer-side machine takes them. */
+export type ShellEvent =
+  | WireInput.WireEvent<ConsumerToProducer>
+  | { readonly _tag: "Verified"; readonly address: ControllerAddress; readonly nonce: string; readonly ok: boolean; readonly now: number }
+  | { readonly _tag: "Tick"; readonly now: number }
+  | ProducerCalls.CallEvent
+
+/** The actions the shell performs for every machine; the rest go to the controller's `perform`. */
+type CommonAction =
+  | { readonly _tag: "Offer"; readonly grant: RequestNext }
+  | ProducerCalls.AnswerAction
+  | { readonly _tag: "Completed" | "AckRejected" }
+  | { readonly _tag: "Verify"; readonly address: ControllerAddress; readonly nonce: string }
+  | { readonly _tag: "Notify"; readonly confirmed: ReadonlyArray<DeliveryConfirmed> }
+  | { readonly _tag: "Confirmed"; readonly count: number }
+  | { readonly _tag: "Fail"; readonly stage: ReliableDeliveryStage; readonly cause: unknown }
+
+export interface Step<S, A> {
+  readonly state: S
+  readonly actions: ReadonlyArray<A>
+}
+
+/** The pure machine under the shell. */
+export interface ShellMachine<S, Ev, Act> {
+  readonly step: (state: S, event: Ev) => Step<S, Act>
+  /** When the timer must next tick; undefined when nothing waits on it. */
+  readonly nextDeadline: (state: S) => number | undefined
+  readonly handshake: (state: S) => Handshake
+  /** Messages the free demand is worth. */
+  readonly freeDemand: (state: S) => number
+  readonly checkProduced: (state: S, grant: RequestNext, messageId: string, payload: unknown) => ProducerContractError | undefined
+  readonly answeredBefore: (state: S, grant: RequestNext, messageId: string) => Either.Either<Stored, ProducerContractError> | undefined
+}
+
+/** A durable lane as the shell sees it: it takes the machine's durable actions. */
+export interface Lane<Act> {
+  readonly submit: (action: Act) => void
+}
+
+/** What the shell gives a controller's own parts (its lane, its `perform`). */
+export interface ShellContext<Ev> {
+  readonly now: () => number
+  readonly runFork: <A, E>(effect: Effect.Effect<A, E>) => Fiber.RuntimeFiber<A, E>
+  /** Folds an event; returns nothing once the controller has ended. */
+  readonly dispatch: (event: Ev) => void
+  /** Ends the controller (once): terminal, or to be restarted by its endpoint. */
+  readonly stop: (outcome: StopOutcome) => void
+  /** Queues an envelope; everything queued in one fold goes to the transport together. */
+  readonly post: (envelope: Envelope) => void
+}
+
+/** Counters every producer-side controller keeps. */
+export interface ShellCounters {
+  confirmed: number
+  dropped: number
+}
+
+export interface ShellOptions<S, Ev, Act extends { readonly _tag: string }, A> {
+  readonly identity: Identity
+  readonly system: SystemInternals
+  readonly hooks: ProducerHooks
+  readonly codec: PayloadCodec<A>
+  readonly durable: boolean
+  readonly retryIntervalMs: number
+  readonly counters: ShellCounters
+  readonly machine: ShellMachine<S, Ev, Act>
+  readonly initial: (now: number) => Step<S, Act>
+  /** Whether the resolver vouches for a registering controller. */
+  readonly verify: (address: ControllerAddress) => Effect.Effect<boolean>
+  /** The durable lane, if any; the machine's durable actions (by tag) go to it. */
+  readonly lane: ((context: ShellContext<Ev>) => Lane<Act>) | undefined
+  readonly laneActions: ReadonlySet<string>
+  /** Performs an action the shell does not know; false stops performing the rest of the step. */
+  readonly perform: (action: Act, context: ShellContext<Ev>) => boolean
+  /** Counts a dropped input (by the machine's reason). */
+  readonly dropped: (reason: string) => void
+  /** Runs after each step, with the state before it. */
+  readonly afterStep?: ((before: S, after: S) => void) | undefined
+  readonly snapshot?: ((bytes: Uint8Array) => Uint8Array) | undefined
+  readonly refuse?: ((messageId: string, bytes: number) => FrameTooLarge | undefined) | undefined
+}
+
+/** What every producer-side controller offers its endpoint. */
+export interface ProducerSide<A> {
+  readonly address: ControllerAddress
+  readonly running: () => boolean
+  readonly produce: (grant: RequestNext, messageId: string, payload: A) => Effect.Effect<Stored, ProducerCalls.ProduceError>
+  readonly storedAck: ProducerCalls.Calls<A>["storedAck"]
+  readonly ackAll: (token: string) => void
+  readonly submit: ProducerCalls.Calls<A>["submit"]
+  /** The handshake as it stands (the everyday `send` path recovers abandoned handshakes with it). */
+  readonly handshake: () => Handshake
+  /** Messages the consumer side's free demand is worth (with chunking, an estimate). */
+  readonly freeDemand: () => number
+}
+
+export interface Shell<S, A> extends ProducerSide<A> {
+  readonly state: () => S
+  /** The timer may have a new deadline (e.g. a first audit): wake it if it sleeps for one. */
+  readonly wakeTimer: () => void
+}
+
+const isCommon = (action: { readonly _tag: string }): action is CommonAction => commonTags.has(action._tag)
+const commonTags: ReadonlySet<string> = new Set(["Offer", "Answer", "Completed", "AckRejected", "Verify", "Notify", "Confirmed", "Fail"])
+
+export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
+  options: ShellOptions<S, Ev, Act, A>
+): Effect.Effect<Shell<S, A>, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const { counters, hooks, machine, system } = options
+    const address = options.identity.address
+    const clock = yield* Effect.clock
+    const runFork = yield* FiberSet.makeRuntime<never>()
+    const now = () => clock.unsafeCurrentTimeMillis()
+    const timer = DeadlineTimer.make()
+    let state: S
+    let stoppedWith: StopOutcome | undefined
+    // Set when the controller's scope closes (a respawn, or the endpoint's end): from then on it
+    // takes no call and folds no event, like a stopped one, though nobody is told it stopped.
+    let closed = false
+    const finished = () => closed || stoppedWith !== undefined
+    let envelopes: Array<Envelope> | undefined
+
+    const stop = (outcome: StopOutcome) => {
+      if (finished()) return
+      stoppedWith = outcome
+      calls.abandon()
+      hooks.stopped(outcome)
+    }
+
+    const context: ShellContext<Ev> = {
+      now,
+      runFork,
+      dispatch: (event) => void dispatch(event),
+      stop,
+      post: (envelope) => void (envelopes ??= []).push(envelope)
+    }
+    const lane = options.lane?.(context)
+
+    const performCommon = (action: CommonAction): boolean => {
+      switch (action._tag) {
+        case "Offer":
+          hooks.offerGrant(action.grant)
+          timer.wake()
+          return true
+        case "Answer":
+          calls.settle(action)
+          return true
+        case "Verify":
+          runFork(Effect.flatMap(options.verify(action.address), (ok) =>
+            Effect.sync(() => dispatch({ _tag: "Verified", address: action.address, nonce: action.nonce, ok, now: now() } as Ev))))
+          return true
+        case "Notify":
+          counters.confirmed += action.confirmed.length
+          hooks.notify(action.confirmed)
+          return true
+        case "Confirmed":
+          counters.confirmed += action.count
+          return true
+        case "Fail":
+          stop({ _tag: "Terminal", stage: action.stage, cause: action.cause })
+          return true
+        default:
+          return true
+      }
+    }
+
+    const perform = (actions: ReadonlyArray<Act>) => {
+      for (const action of actions) {
+        if (isCommon(action)) performCommon(action)
+        else if (action._tag === "Dropped") options.dropped((action as unknown as { readonly reason: string }).reason)
+        else if (options.laneActions.has(action._tag)) lane?.submit(action)
+        else if (!options.perform(action, context)) break
+      }
+      const posted = envelopes
+      envelopes = undefined
+      if (posted !== undefined) system.transport.post(posted)
+    }
+
+    const dispatch = (event: Ev): ReadonlyArray<Act> => {
+      if (finished()) return []
+      const before = state
+      const next = machine.step(state, event)
+      state = next.state
+      options.afterStep?.(before, state)
+      perform(next.actions)
+      return next.actions
+    }
+
+    const calls: ProducerCalls.Calls<A> = ProducerCalls.make({
+      endpoint: address.endpoint,
+      codec: options.codec,
+      durable: options.durable,
+      now,
+      stopped: finished,
+      check: (grant, messageId, payload) => machine.checkProduced(state, grant, messageId, payload),
+      answeredBefore: (grant, messageId) => machine.answeredBefore(state, grant, messageId),
+      refuse: options.refuse,
+      snapshot: options.snapshot,
+      dispatch: (event) => dispatch(event as Ev)
+    })
+    // Closing the scope ends the controller and releases every waiting caller. A call made after
+    // that (a fiber that took this controller's grant just before the respawn) must be refused at
+    // once: folded, it would start a store no fiber runs any more and wait for it forever.
+    yield* Effect.addFinalizer(() =>
+      Effect.sync(() => {
+        closed = true
+        calls.abandon()
+      })
+    )
+
+    const started = options.initial(now())
+    state = started.state
+    perform(started.actions)
+
+    yield* WireInput.attach(system.transport, address, WireInput.fromConsumer, (event) => dispatch(event as Ev), counters, now)
+    // The retry timer sleeps until the machine's deadline, so a re-offer happens exactly one
+    // interval after the offer; with nothing outstanding it waits for the next offer instead.
+    yield* timer.run({
+      tick: () => void dispatch({ _tag: "Tick", now: now() } as Ev),
+      deadline: () => machine.nextDeadline(state),
+      now,
+      recheckMs: options.retryIntervalMs
+    })
+
+    return {
+      address,
+      running: () => !finished(),
+      produce: calls.produce,
+      storedAck: calls.storedAck,
+      ackAll: calls.ackAll,
+      submit: calls.submit,
+      handshake: () => machine.handshake(state),
+      freeDemand: () => machine.freeDemand(state),
+      state: () => state,
+      wakeTimer: timer.wake
+    }
+  })

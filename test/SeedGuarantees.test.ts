@@ -1,11 +1,12 @@
 /**
  * Guarantees of the seed behaviour that no other test exercised end to end: what a producer
- * respawned without a durable queue loses, when point-to-point `DeliveryConfirmed` repeats or is
- * dropped, point-to-point registration fencing through the real resolver, that requeueing after a
- * worker loss writes nothing durable, and the reserved endpoint namespace.
+ * respawned without a durable queue loses, that a failed handler confirms nothing, when
+ * point-to-point `DeliveryConfirmed` repeats or is dropped, point-to-point registration fencing
+ * through the real resolver, that requeueing after a worker loss writes nothing durable, and the
+ * reserved endpoint namespace.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Chunk, Deferred, Effect, Exit, Fiber, Layer, Option, Queue, Schema, Scope } from "effect"
+import { Chunk, Deferred, Effect, Exit, Fiber, Layer, Logger, LogLevel, Option, Queue, Schema, Scope } from "effect"
 import * as Consumer from "../src/Consumer.js"
 import type { DurableProducerQueueService } from "../src/DurableQueue/DurableProducerQueue.js"
 import * as MemoryProducerQueue from "../src/DurableQueue/MemoryProducerQueue.js"
@@ -90,6 +91,27 @@ describe("point-to-point: a producer respawned without a durable queue", () => {
       const reported = Chunk.toReadonlyArray(yield* Queue.takeAll(notices)).map((notice) => notice.messageId)
       expect(reported).toEqual(["m0", "m1", "m2", "m5"])
     }).pipe(Effect.provide(cuttable())))
+})
+
+describe("point-to-point confirmation is business-level", () => {
+  it.scoped("a failed run handler confirms nothing: the same delivery comes again after the resend interval, the next only once it succeeded", () =>
+    Effect.gen(function*() {
+      const producer = yield* Producer.make({ name: "p", consumer: "c", payload: Order })
+      const consumer = yield* Consumer.make({ name: "c", producer: "p", payload: Order, resendInterval: "1 second" })
+      const attempts: Array<[number, number]> = []
+      let failures = 2
+      yield* Effect.forkScoped(consumer.run((delivery) =>
+        Effect.flatMap(Effect.clockWith((clock) => clock.currentTimeMillis), (now) => {
+          attempts.push([delivery.payload.id, now])
+          return delivery.payload.id === 1 && failures-- > 0 ? Effect.fail("not processed") : Effect.void
+        })
+      ))
+      yield* Effect.forkScoped(Effect.forEach([1, 2], (id) => producer.send({ id }), { discard: true }))
+      yield* advanceUntil(() => attempts.length === 4, 100, 10_000)
+      yield* idle(2_000)
+      expect(attempts.map(([id, at]) => [id, at - attempts[0][1]])).toEqual([[1, 0], [1, 1_000], [1, 2_000], [2, 2_000]])
+      expect(confirmedBy(producer)()).toBe(2)
+    }).pipe(Logger.withMinimumLogLevel(LogLevel.Error), Effect.provide(system())))
 })
 
 describe("point-to-point DeliveryConfirmed", () => {

@@ -167,7 +167,7 @@ describe("endpoints", () => {
         yield* Scope.close(scope, Exit.void)
       }).pipe(Effect.provide(system())))
 
-    it.scoped("a producer respawned without a durable queue after everything was confirmed resumes the flow in order (the loss case: SeedGuarantees)", () =>
+    it.scoped("a producer respawned without a durable queue once everything was confirmed: the flow resumes in order", () =>
       Effect.gen(function*() {
         const producer = yield* Producer.make({ name: "p", consumer: "c", payload: Order })
         const consumer = yield* Consumer.make({ name: "c", producer: "p", payload: Order })

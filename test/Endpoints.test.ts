@@ -176,7 +176,7 @@ describe("endpoints", () => {
         yield* Scope.close(scope, Exit.void)
       }).pipe(Effect.provide(system())))
 
-    it.scoped("a producer respawned without a durable queue loses only what was unconfirmed; the flow resumes", () =>
+    it.scoped("a producer respawned without a durable queue once everything was confirmed: the flow resumes in order", () =>
       Effect.gen(function*() {
         const producer = yield* Producer.make({ name: "p", consumer: "c", payload: Order })
         const consumer = yield* Consumer.make({ name: "c", producer: "p", payload: Order })

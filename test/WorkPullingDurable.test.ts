@@ -5,7 +5,7 @@
  */
 import { SqliteClient } from "@effect/sql-sqlite-node"
 import { describe, expect, it } from "@effect/vitest"
-import { Chunk, Effect, Exit, Layer, Queue, Schema, Scope, TestClock } from "effect"
+import { Chunk, Effect, Exit, Layer, Queue, Schema, Scope } from "effect"
 import { rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -19,29 +19,11 @@ import * as ReliableSystem from "../src/ReliableSystem.js"
 import * as MemoryTransport from "../src/Transport/MemoryTransport.js"
 import * as WorkPulling from "../src/WorkPulling.js"
 import { describePostgres, dropTables, pgClientLayer, probePostgres, uniqueSuffix } from "./DurableQueue/SqlTestSupport.js"
-import { settle } from "./support/Harness.js"
+import { advanceWithIo as advanceUntil } from "./support/IoClock.js"
 
 const Job = Schema.Struct({ n: Schema.Number })
 const system = () => ReliableSystem.layer().pipe(Layer.provideMerge(MemoryTransport.layerMemory))
 const range = (count: number, from = 0) => Array.from({ length: count }, (_, index) => from + index)
-
-/** Lets real I/O (a database) progress between TestClock steps: a macrotask turn, not a sleep. */
-const ioTurn = Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve)))
-
-/** Advances the TestClock in steps until `done` holds, letting I/O complete between steps. */
-const advanceUntil = (done: () => boolean, stepMs: number, limitMs: number) =>
-  Effect.gen(function*() {
-    let elapsed = 0
-    while (true) {
-      yield* settle
-      yield* ioTurn
-      yield* settle
-      if (done()) return
-      if (elapsed >= limitMs) return yield* Effect.fail(new Error(`condition not reached within ${limitMs}ms of test time`))
-      yield* TestClock.adjust(stepMs)
-      elapsed += stepMs
-    }
-  })
 
 interface Done {
   readonly worker: string

@@ -1,5 +1,5 @@
 /**
- * Option defaults and bounds (from the seeds), and the checks every endpoint constructor runs.
+ * Option defaults and bounds, and the checks every endpoint constructor runs.
  */
 import { Duration, Effect } from "effect"
 import { formatNode } from "./Address.js"
@@ -33,10 +33,21 @@ export interface QueueRetry {
 
 const fail = (option: string, message: string) => Effect.fail(new ReliableConfigError({ option, message }))
 
-export const checkName = (option: string, value: unknown): Effect.Effect<string, ReliableConfigError> =>
-  typeof value === "string" && value.trim().length > 0
-    ? Effect.succeed(value)
-    : fail(option, `${option} must be a non-blank string, got ${JSON.stringify(value)}`)
+/**
+ * Endpoint names starting with this belong to the library: every node answers lookups at its
+ * `@system` address, which shares the transport's address space with the endpoints.
+ */
+export const ReservedNamePrefix = "@"
+
+/** An endpoint name (an endpoint's own, or the peer it names): non-blank, outside the reserved namespace. */
+export const checkName = (option: string, value: unknown): Effect.Effect<string, ReliableConfigError> => {
+  if (typeof value !== "string" || value.trim().length === 0) {
+    return fail(option, `${option} must be a non-blank string, got ${JSON.stringify(value)}`)
+  }
+  return value.startsWith(ReservedNamePrefix)
+    ? fail(option, `${option} ${JSON.stringify(value)} is reserved: names starting with "${ReservedNamePrefix}" belong to the library (e.g. "@system", where every node answers lookups)`)
+    : Effect.succeed(value)
+}
 
 export const checkWindow = (value: number | undefined): Effect.Effect<number, ReliableConfigError> => {
   if (value === undefined) return Effect.succeed(DefaultWindow)

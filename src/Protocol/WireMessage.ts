@@ -1,5 +1,5 @@
 /**
- * The messages controllers exchange (DESIGN.md section 5). Each is a Schema: values built by
+ * The messages controllers and nodes exchange. Each is a Schema: values built by
  * this library are trusted, values from a socket are decoded and anything malformed is dropped.
  */
 import { Schema } from "effect"

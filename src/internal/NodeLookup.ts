@@ -12,7 +12,7 @@ import type { Envelope, LookupRecord, SystemMessage } from "../Protocol/WireMess
 import type { TransportService } from "../Transport/Transport.js"
 import type { EndpointRecord, EndpointRegistry } from "./EndpointRegistry.js"
 
-/** The endpoint name of every node's system address (no user endpoint gets this incarnation). */
+/** The endpoint name of every node's system address; user endpoint names cannot start with "@" (`Config.checkName`). */
 export const SystemEndpoint = "@system"
 /** Fixed, so a node can be asked knowing only its `host:port`. */
 export const SystemIncarnation = "system"

@@ -1,0 +1,24 @@
+/**
+ * Driving the TestClock while real I/O (a database) runs: between clock steps, a macrotask turn
+ * lets pending I/O complete (a turn, not a sleep).
+ */
+import { Effect, TestClock } from "effect"
+import { settle } from "./Harness.js"
+
+/** Lets real I/O progress: one macrotask turn. */
+export const ioTurn = Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve)))
+
+/** Advances the TestClock in steps until `done` holds, letting I/O complete between steps; fails after `limitMs` of test time. */
+export const advanceWithIo = (done: () => boolean, stepMs: number, limitMs: number) =>
+  Effect.gen(function*() {
+    let elapsed = 0
+    while (true) {
+      yield* settle
+      yield* ioTurn
+      yield* settle
+      if (done()) return
+      if (elapsed >= limitMs) return yield* Effect.fail(new Error(`condition not reached within ${limitMs}ms of test time`))
+      yield* TestClock.adjust(stepMs)
+      elapsed += stepMs
+    }
+  })

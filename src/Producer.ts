@@ -32,6 +32,16 @@ export interface ProducerOptions<A, I> {
   /** Durable operation retries before the controller restarts; default 3 attempts, 100ms apart. */
   readonly queueRetry?: Config.QueueRetry
   /**
+   * A durable queue call not answered within this long counts as backend trouble (retried like
+   * a refused connection); default 5 seconds.
+   */
+  readonly queueTimeout?: Duration.DurationInput
+  /**
+   * While the durable queue does not answer, the reload after a restart is retried for as long as
+   * it takes: from `initial` (default 100ms), doubling, never more than `max` (default 1s) apart.
+   */
+  readonly queueBackoff?: Config.QueueBackoff
+  /**
    * The remoting address of the node hosting the consumer (a remoting-only flow); needs a socket
    * transport. Default: the consumer is on this system.
    */
@@ -56,7 +66,7 @@ const checkOptions = <A, I>(options: ProducerOptions<A, I>) =>
     consumer: Config.checkName("consumer", options.consumer),
     retryInterval: Config.checkInterval("retryInterval", options.retryInterval, Config.DefaultRetryInterval),
     chunkSize: Config.checkChunkSize(options.chunkSize),
-    queueRetry: Config.checkQueueRetry(options.queueRetry)
+    queueRetry: Config.checkQueuePolicy(options)
   }))
 
 /** A point-to-point producer endpoint. */

@@ -18,6 +18,7 @@ import type { LookupStats } from "./internal/NodeLookup.js"
 import { DefaultLookupTimeout } from "./Protocol/Config.js"
 import { EndpointNotFound } from "./Protocol/Errors.js"
 import type { ReliableDeliveryFailed } from "./Protocol/Failure.js"
+import type { ReliableHealthEvent } from "./Protocol/Health.js"
 import { Transport } from "./Transport/Transport.js"
 import type { TransportService } from "./Transport/Transport.js"
 
@@ -42,6 +43,7 @@ export interface SystemInternals {
   /** The node's cluster membership; undefined on a system that is not clustered. */
   readonly cluster: ClusterMember.ClusterMember | undefined
   readonly publishFailure: (failure: ReliableDeliveryFailed) => void
+  readonly publishHealth: (event: ReliableHealthEvent) => void
   /** A fresh id for incarnations and sessions, unique across processes. */
   readonly newId: () => string
 }
@@ -53,6 +55,14 @@ export interface ReliableSystemService {
   readonly failures: Stream.Stream<ReliableDeliveryFailed>
   /** A subscription for the life of the scope: every failure published from now on. */
   readonly subscribeFailures: Effect.Effect<Queue.Dequeue<ReliableDeliveryFailed>, never, Scope.Scope>
+  /**
+   * `ReliableDegraded` when an endpoint's durable queue stops answering (its calls are retried
+   * and the flow heals by itself), `ReliableRecovered` when it answers again: one of each per
+   * outage, published after the stream is subscribed.
+   */
+  readonly health: Stream.Stream<ReliableHealthEvent>
+  /** A subscription for the life of the scope: every health event published from now on. */
+  readonly subscribeHealth: Effect.Effect<Queue.Dequeue<ReliableHealthEvent>, never, Scope.Scope>
   /** Replaces an endpoint's controller with a fresh one (new session; new epoch when durable). */
   readonly respawn: (name: string) => Effect.Effect<void, EndpointNotFound>
   /** The names of the endpoints this system hosts. */
@@ -113,6 +123,7 @@ const build = <E>(
     const transport = yield* Transport
     const registry = new EndpointRegistry()
     const failures = yield* Effect.acquireRelease(PubSub.sliding<ReliableDeliveryFailed>(1024), PubSub.shutdown)
+    const health = yield* Effect.acquireRelease(PubSub.sliding<ReliableHealthEvent>(1024), PubSub.shutdown)
     const lookupTimeout = Duration.decode(options.lookupTimeout ?? DefaultLookupTimeout)
     const newId = makeIdSource()
     const nodes = yield* NodeLookup.make({ transport, registry, timeout: lookupTimeout, newId })
@@ -128,12 +139,15 @@ const build = <E>(
       clustered: member !== undefined,
       cluster: member,
       publishFailure: (failure) => void failures.unsafeOffer(failure),
+      publishHealth: (event) => void health.unsafeOffer(event),
       newId
     }
     const service: ReliableSystemService = {
       node: transport.node,
       failures: Stream.fromPubSub(failures),
       subscribeFailures: PubSub.subscribe(failures),
+      health: Stream.fromPubSub(health),
+      subscribeHealth: PubSub.subscribe(health),
       respawn: (name) =>
         Effect.suspend(() => {
           const entry = registry.get(name)
@@ -167,6 +181,15 @@ export const failures: Stream.Stream<ReliableDeliveryFailed, never, ReliableSyst
 /** Subscribes to failure events of the system in context for the life of the scope. */
 export const subscribeFailures: Effect.Effect<Queue.Dequeue<ReliableDeliveryFailed>, never, ReliableSystem | Scope.Scope> =
   Effect.flatMap(ReliableSystem, (system) => system.subscribeFailures)
+
+/** Health events (degraded, recovered) of the system in context. */
+export const health: Stream.Stream<ReliableHealthEvent, never, ReliableSystem> = Stream.unwrap(
+  Effect.map(ReliableSystem, (system) => system.health)
+)
+
+/** Subscribes to health events of the system in context for the life of the scope. */
+export const subscribeHealth: Effect.Effect<Queue.Dequeue<ReliableHealthEvent>, never, ReliableSystem | Scope.Scope> =
+  Effect.flatMap(ReliableSystem, (system) => system.subscribeHealth)
 
 /** Respawns an endpoint of the system in context. */
 export const respawn = (name: string): Effect.Effect<void, EndpointNotFound, ReliableSystem> =>

@@ -40,6 +40,16 @@ export interface ProducerOptions<A, I> {
   readonly retryInterval?: Duration.DurationInput
   /** Durable operation retries before the controller restarts; default 3 attempts, 100ms apart. */
   readonly queueRetry?: Config.QueueRetry
+  /**
+   * A durable queue call not answered within this long counts as backend trouble (retried like
+   * a refused connection); default 5 seconds.
+   */
+  readonly queueTimeout?: Duration.DurationInput
+  /**
+   * While the durable queue does not answer, the reload after a restart is retried for as long as
+   * it takes: from `initial` (default 100ms), doubling, never more than `max` (default 1s) apart.
+   */
+  readonly queueBackoff?: Config.QueueBackoff
 }
 
 export interface WorkerOptions<A, I> {
@@ -61,7 +71,9 @@ const producerOptions: ReadonlySet<string> = new Set([
   "durableWorkQueue",
   "deliveryConfirmation",
   "retryInterval",
-  "queueRetry"
+  "queueRetry",
+  "queueTimeout",
+  "queueBackoff"
 ])
 
 /** Options a point-to-point producer takes that a work-pulling producer refuses, and why. */
@@ -92,7 +104,7 @@ const checkProducerOptions = <A, I>(options: ProducerOptions<A, I>) =>
     Effect.all({
       name: Config.checkName("name", options.name),
       retryInterval: Config.checkInterval("retryInterval", options.retryInterval, Config.DefaultRetryInterval),
-      queueRetry: Config.checkQueueRetry(options.queueRetry)
+      queueRetry: Config.checkQueuePolicy(options)
     })
   )
 
@@ -120,7 +132,12 @@ export const producer = <A, I>(
       { name: checked.name, kind: "WorkProducer", peer: undefined, address: undefined },
       codec,
       (hooks) => WorkPullingController.make(settings, codec, system, hooks),
-      (current) => ({ workStats: () => current()?.workStats() })
+      (current, degraded) => ({
+        workStats: () => {
+          const stats = current()?.workStats()
+          return stats === undefined ? undefined : { ...stats, degraded: degraded() }
+        }
+      })
     )
     return endpoint.producer
   })

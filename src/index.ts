@@ -27,6 +27,8 @@ export type { ReliableEndpointConfigError } from "./Protocol/Errors.js"
 export type { PeerAddress } from "./Protocol/Config.js"
 export { ClusterPlacementError, ClusterRegistryError, ReliableOwnershipLost } from "./Cluster/ClusterErrors.js"
 export { ReliableDeliveryFailed } from "./Protocol/Failure.js"
+export { ReliableDegraded, ReliableRecovered } from "./Protocol/Health.js"
+export type { ReliableHealthEvent } from "./Protocol/Health.js"
 export type { ReliableControllerRole, ReliableDeliveryStage } from "./Protocol/Failure.js"
 export {
   DefaultResendInterval,

@@ -30,7 +30,8 @@ const queueRetry = { attempts: 3, interval: Duration.millis(100) }
 const keepGrants = (offered: Array<RequestNext>) => ({
   offerGrant: (grant: RequestNext) => void offered.push(grant),
   notify: () => {},
-  stopped: () => {}
+  stopped: () => {},
+  health: { degraded: () => {}, healthy: () => {} }
 })
 
 /** Publishes a controller made by hand under an endpoint name, so real peers find it. */

@@ -4,7 +4,7 @@
  * producer incarnation.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Chunk, Effect, Exit, Layer, Queue, Schema, Scope } from "effect"
+import { Chunk, Effect, Exit, Fiber, Layer, Queue, Schema, Scope } from "effect"
 import type { DurableProducerQueueService } from "../src/DurableQueue/DurableProducerQueue.js"
 import * as MemoryProducerQueue from "../src/DurableQueue/MemoryProducerQueue.js"
 import { QueueBackendError, QueueConflict } from "../src/DurableQueue/QueueErrors.js"
@@ -218,19 +218,28 @@ describe("durable point-to-point", () => {
         expect([...new Set(ids(seen))]).toEqual([1, 2, 3])
       }).pipe(Effect.provide(system())))
 
-    it.scoped("a load that fails on such a restart publishes stage Load", () =>
+    it.scoped("a reload that keeps failing is retried until the queue answers: one degraded and one recovered event, no failure", () =>
       Effect.gen(function*() {
         const watched = spy(yield* MemoryProducerQueue.make)
         const failures = yield* ReliableSystem.subscribeFailures
+        const health = yield* ReliableSystem.subscribeHealth
         const producer = yield* durableProducer(watched.queue, { queueRetry: { attempts: 2, interval: "100 millis" } })
-        yield* startConsumer([])
+        const seen: Array<{ readonly messageId: string; readonly id: number }> = []
+        yield* startConsumer(seen)
         yield* producer.send({ id: 1 })
         watched.failNext("accept", new QueueBackendError({ operation: "accept", cause: "down" }), 2)
-        watched.failNext("load", new QueueBackendError({ operation: "load", cause: "still down" }), 2)
-        yield* Effect.forkScoped(producer.send({ id: 2 }))
-        yield* advanceUntil(() => false, 100, 2_000).pipe(Effect.ignore)
-        const events = Chunk.toReadonlyArray(yield* Queue.takeAll(failures))
-        expect(events.map((event) => event.stage)).toEqual(["Load"])
+        watched.failNext("load", new QueueBackendError({ operation: "load", cause: "still down" }), 12)
+        const pending = yield* Effect.forkScoped(producer.send({ id: 2 }))
+        yield* advanceUntil(() => watched.calls.filter((call) => call.operation === "load").length >= 6, 100, 10_000)
+        expect((yield* producer.stats).degraded).toBe(true)
+        // The queue answers again: the flow resumes by itself, without a respawn.
+        yield* advanceUntil(() => ids(seen).includes(2), 100, 30_000)
+        yield* Fiber.join(pending)
+        expect((yield* producer.stats).degraded).toBe(false)
+        expect(Chunk.toReadonlyArray(yield* Queue.takeAll(failures))).toEqual([])
+        const events = Chunk.toReadonlyArray(yield* Queue.takeAll(health))
+        expect(events.map((event) => event._tag)).toEqual(["ReliableDegraded", "ReliableRecovered"])
+        expect(events[0]).toMatchObject({ endpointName: "p", role: "Producer", stage: "Accept" })
       }).pipe(Effect.provide(system())))
 
     it.scoped("a stale producer incarnation on a shared queue is fenced and publishes a terminal event", () =>

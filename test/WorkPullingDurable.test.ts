@@ -221,9 +221,10 @@ describe("work-pulling with a durable work queue", () => {
         expect(yield* Queue.size(failures)).toBe(0)
       }).pipe(Effect.provide(system())))
 
-    it.scoped("a load that fails on the restart publishes stage Load", () =>
+    it.scoped("a reload that keeps failing is retried until the queue answers: degraded, then recovered, no failure", () =>
       Effect.gen(function*() {
         const failures = yield* ReliableSystem.subscribeFailures
+        const health = yield* ReliableSystem.subscribeHealth
         let broken = false
         const queue = yield* failingQueue((operation) => broken && (operation === "load" || operation.startsWith("store")) ? backend : undefined)
         const producer = yield* WorkPulling.producer({
@@ -235,10 +236,15 @@ describe("work-pulling with a durable work queue", () => {
         yield* withWorker
         yield* advanceUntil(() => false, 50, 500).pipe(Effect.ignore)
         broken = true
-        yield* Effect.forkScoped(producer.send({ n: 1 }))
+        const sent = yield* Effect.forkScoped(producer.send({ n: 1 }))
         yield* advanceUntil(() => false, 50, 2_000).pipe(Effect.ignore)
-        const events = Chunk.toReadonlyArray(yield* Queue.takeAll(failures))
-        expect(events.map((event) => event.stage)).toEqual(["Load"])
+        expect((yield* WorkPulling.stats("dispatcher")).degraded).toBe(true)
+        broken = false
+        yield* advanceUntil(() => sent.unsafePoll() !== null, 50, 5_000)
+        expect((yield* WorkPulling.stats("dispatcher")).degraded).toBe(false)
+        expect(Chunk.toReadonlyArray(yield* Queue.takeAll(failures))).toEqual([])
+        const events = Chunk.toReadonlyArray(yield* Queue.takeAll(health))
+        expect(events.map((event) => event._tag)).toEqual(["ReliableDegraded", "ReliableRecovered"])
       }).pipe(Effect.provide(system())))
   })
 })

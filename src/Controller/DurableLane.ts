@@ -14,6 +14,7 @@ import type { Fiber } from "effect"
 import type { ReliableDeliveryStage } from "../Protocol/Failure.js"
 import type { DurableProducerQueueService, QueueEpoch, StoreResult } from "../DurableQueue/DurableProducerQueue.js"
 import type { DurableQueueError } from "../DurableQueue/QueueErrors.js"
+import type { HealthReporter } from "../internal/EndpointHealth.js"
 import * as LaneRunner from "./internal/LaneRunner.js"
 import type { ProducerAction, ProducerEvent } from "./ProducerMachine.js"
 
@@ -25,6 +26,8 @@ export interface DurableLaneOptions {
   readonly queue: DurableProducerQueueService
   readonly retry: QueueRetryPolicy
   readonly runFork: <A, E>(effect: Effect.Effect<A, E>) => Fiber.RuntimeFiber<A, E>
+  /** Told when the queue stops and starts answering. */
+  readonly health?: HealthReporter | undefined
   /** A durable operation finished; the event goes through the controller's machine. */
   readonly completed: (event: (now: number) => ProducerEvent) => void
   /** A durable operation failed for good: terminal, or to be healed by a controller restart. */
@@ -80,12 +83,22 @@ export const make = (options: DurableLaneOptions): DurableLane => {
   const storeCompleted = (action: StoreAction, results: ReadonlyArray<StoreResult>, retried: boolean) =>
     options.completed((now) => ({ _tag: "StoreCompleted", token: action.token, results, retried, now }))
 
+  const storeRejected = (action: StoreAction, refusal: LaneRunner.Refusal) =>
+    options.completed((now) => ({
+      _tag: "StoreRejected",
+      token: action.token,
+      messageId: action.items.length === 1 ? action.items[0].messageId : undefined,
+      cause: refusal.cause,
+      now
+    }))
+
   /** Without `storeAccepted`: the store, then the accept, each under its own retries. */
   const storeThenAccept = (action: StoreAction, guard: LaneRunner.Guard): Effect.Effect<void> => {
     let stored: ReadonlyArray<StoreResult> | undefined
     return Effect.zipRight(
-      guard("Store", storeAll(action.items), (results) => {
-        stored = results
+      guard("Store", LaneRunner.refusable(storeAll(action.items)), (results) => {
+        if (results instanceof LaneRunner.Refusal) storeRejected(action, results)
+        else stored = results
       }),
       Effect.suspend(() => {
         const results = stored
@@ -111,11 +124,13 @@ export const make = (options: DurableLaneOptions): DurableLane => {
         })
       ),
       // An id stored as a chunked batch earlier: recover it through the one-by-one store.
-      Effect.catchTag("QueueChunkedBatch", () => Effect.succeed(undefined))
+      Effect.catchTag("QueueChunkedBatch", () => Effect.succeed(undefined)),
+      LaneRunner.refusable
     )
     return Effect.zipRight(
       guard("Store", attempt, (results) => {
         if (results === undefined) chunked = true
+        else if (results instanceof LaneRunner.Refusal) storeRejected(action, results)
         else storeCompleted(action, results, retried)
       }),
       Effect.suspend(() => chunked ? storeThenAccept(action, guard) : Effect.void)
@@ -131,7 +146,8 @@ export const make = (options: DurableLaneOptions): DurableLane => {
         })
       case "Store":
         if (action.accept) return storeAccepted(action, guard)
-        return guard("Store", storeAll(action.items), (results) => storeCompleted(action, results, false))
+        return guard("Store", LaneRunner.refusable(storeAll(action.items)), (results) =>
+          results instanceof LaneRunner.Refusal ? storeRejected(action, results) : storeCompleted(action, results, false))
       case "Accept":
         return guard(
           "Accept",
@@ -147,6 +163,7 @@ export const make = (options: DurableLaneOptions): DurableLane => {
     retry: options.retry,
     runFork: options.runFork,
     failed: options.failed,
+    health: options.health,
     run,
     deferredIdleMs: ConfirmIdleMs,
     deferredMaxWaitMs: ConfirmMaxWaitMs,

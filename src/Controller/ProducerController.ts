@@ -39,7 +39,8 @@ export type ProduceError = ProducerCalls.ProduceError
 
 export type ProducerHooks = ProducerShell.ProducerHooks
 
-export interface ProducerStats {
+/** What one controller counted since it started. */
+export interface ControllerStats {
   /** Wire messages sent the first time. */
   readonly sent: number
   /** Wire messages sent again after a timeout request. */
@@ -50,8 +51,16 @@ export interface ProducerStats {
   readonly dropped: number
 }
 
+export interface ProducerStats extends ControllerStats {
+  /**
+   * True while the durable queue does not answer and its calls are being retried: the flow
+   * waits and heals by itself (see `ReliableSystem.health`).
+   */
+  readonly degraded: boolean
+}
+
 export interface ProducerController<A> extends ProducerShell.ProducerSide<A> {
-  readonly stats: () => ProducerStats
+  readonly stats: () => ControllerStats
 }
 
 /** Accepts a registering controller only if it is the live consumer controller configured for us. */
@@ -171,6 +180,7 @@ export const make = <A>(
           queue: settings.durableQueue!,
           retry: settings.queueRetry,
           runFork: context.runFork,
+          health: context.health,
           completed: (event) => context.dispatch(event(context.now())),
           failed: (stage, cause, terminal) => {
             if (terminal) context.dispatch({ _tag: "Fail", stage, cause })

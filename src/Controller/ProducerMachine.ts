@@ -251,6 +251,9 @@ export const step = (state: ProducerState, event: ProducerEvent): Step => {
     case "StoreCompleted":
       onStoreCompleted(s, event.token, event.results, event.retried === true, event.now, out)
       break
+    case "StoreRejected":
+      ProducerHandshake.storeRejected(s, event.token, event.messageId, event.cause, event.now, out)
+      break
     case "AcceptCompleted":
       completeHandshake(s, ProducerHandshake.acceptCompleted(s, event.token), event.now, out)
       break

@@ -15,6 +15,7 @@ import type { Fiber } from "effect"
 import type { ReliableDeliveryStage } from "../Protocol/Failure.js"
 import type { QueueEpoch, StoreRequest } from "../DurableQueue/DurableProducerQueue.js"
 import type { DurableWorkQueueService, WorkStoreResult } from "../DurableQueue/DurableWorkQueue.js"
+import type { HealthReporter } from "../internal/EndpointHealth.js"
 import * as LaneRunner from "./internal/LaneRunner.js"
 import type { WorkAction, WorkEvent } from "./WorkPullingMachine.js"
 
@@ -25,6 +26,8 @@ export interface WorkLaneOptions {
   readonly queue: DurableWorkQueueService
   readonly retry: LaneRunner.QueueRetryPolicy
   readonly runFork: <A, E>(effect: Effect.Effect<A, E>) => Fiber.RuntimeFiber<A, E>
+  /** Told when the queue stops and starts answering. */
+  readonly health?: HealthReporter | undefined
   /** A durable operation finished; the event goes through the controller's machine. */
   readonly completed: (event: (now: number) => WorkEvent) => void
   /** A durable operation failed for good: terminal, or to be healed by a controller restart. */
@@ -51,14 +54,24 @@ export const make = (options: WorkLaneOptions): WorkLane => {
   const storeCompleted = (action: StoreAction, results: ReadonlyArray<WorkStoreResult>, retried: boolean) =>
     options.completed((now) => ({ _tag: "StoreCompleted", token: action.token, results, retried, now }))
 
+  const storeRejected = (action: StoreAction, refusal: LaneRunner.Refusal) =>
+    options.completed((now) => ({
+      _tag: "StoreRejected",
+      token: action.token,
+      messageId: action.items.length === 1 ? action.items[0].messageId : undefined,
+      cause: refusal.cause,
+      now
+    }))
+
   /** Stores and accepts: one transaction, or the store then the accept without `storeAccepted`. */
   const storeAccepted = (action: StoreAction, guard: LaneRunner.Guard): Effect.Effect<void> => {
     const fused = queue.storeAccepted
     if (fused === undefined) {
       let stored: ReadonlyArray<WorkStoreResult> | undefined
       return Effect.zipRight(
-        guard("Store", storeAll(action.items), (results) => {
-          stored = results
+        guard("Store", LaneRunner.refusable(storeAll(action.items)), (results) => {
+          if (results instanceof LaneRunner.Refusal) storeRejected(action, results)
+          else stored = results
         }),
         Effect.suspend(() => {
           const results = stored
@@ -73,7 +86,8 @@ export const make = (options: WorkLaneOptions): WorkLane => {
       Effect.sync(() => {
         retried = true
       }))
-    return guard("Store", attempt, (results) => storeCompleted(action, results, retried))
+    return guard("Store", LaneRunner.refusable(attempt), (results) =>
+      results instanceof LaneRunner.Refusal ? storeRejected(action, results) : storeCompleted(action, results, retried))
   }
 
   const run = (action: LaneAction, guard: LaneRunner.Guard): Effect.Effect<void> => {
@@ -85,7 +99,8 @@ export const make = (options: WorkLaneOptions): WorkLane => {
         })
       case "Store":
         if (action.accept) return storeAccepted(action, guard)
-        return guard("Store", storeAll(action.items), (results) => storeCompleted(action, results, false))
+        return guard("Store", LaneRunner.refusable(storeAll(action.items)), (results) =>
+          results instanceof LaneRunner.Refusal ? storeRejected(action, results) : storeCompleted(action, results, false))
       case "Accept":
         return guard(
           "Accept",
@@ -105,6 +120,7 @@ export const make = (options: WorkLaneOptions): WorkLane => {
     retry: options.retry,
     runFork: options.runFork,
     failed: options.failed,
+    health: options.health,
     run,
     concurrentDeferred: true,
     takeDeferred: () => {

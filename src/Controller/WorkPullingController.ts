@@ -62,6 +62,8 @@ export interface WorkPullingStats {
   readonly violations: number
   /** Other inputs ignored as stale or unbound. */
   readonly dropped: number
+  /** True while the durable work queue does not answer and its calls are being retried. */
+  readonly degraded: boolean
 }
 
 export interface WorkPullingController<A> extends ProducerController<A> {
@@ -114,7 +116,8 @@ const statsOf = (state: Machine.WorkState, counters: Counters): WorkPullingStats
   workersGone: counters.workersGone,
   workersReplaced: counters.workersReplaced,
   violations: counters.violations,
-  dropped: counters.dropped
+  dropped: counters.dropped,
+  degraded: false
 })
 
 export const make = <A>(
@@ -191,6 +194,7 @@ export const make = <A>(
           queue: settings.durableQueue!,
           retry: settings.queueRetry,
           runFork: context.runFork,
+          health: context.health,
           completed: (event) => context.dispatch(event(context.now())),
           failed: (stage, cause, terminal) => {
             if (terminal) context.dispatch({ _tag: "Fail", stage, cause })

@@ -273,6 +273,9 @@ export const step = (state: WorkState, event: WorkEvent): Step => {
     case "StoreCompleted":
       onStoreCompleted(s, event.token, event.results, event.retried === true, event.now, out)
       break
+    case "StoreRejected":
+      Handshake.storeRejected(s, event.token, event.messageId, event.cause, event.now, out)
+      break
     case "AcceptCompleted":
       completeHandshake(s, Handshake.acceptCompleted(s, event.token), event.now, out)
       break

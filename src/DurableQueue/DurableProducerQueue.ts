@@ -35,7 +35,7 @@
 import { Context } from "effect"
 import type { Effect } from "effect"
 import type { ChunkMark } from "../Protocol/WireMessage.js"
-import type { DurableQueueError, QueueBackendError, QueueChunkedBatch, QueueConflict, QueueFenced } from "./QueueErrors.js"
+import type { DurableQueueError, QueueBackendError, QueueChunkedBatch, QueueConflict, QueueFenced, QueueRejected } from "./QueueErrors.js"
 
 /** A writer's fencing token, from `load`. */
 export type QueueEpoch = number
@@ -86,13 +86,13 @@ export interface DurableProducerQueueService {
   readonly store: (
     epoch: QueueEpoch,
     request: StoreRequest
-  ) => Effect.Effect<StoreResult, QueueFenced | QueueConflict | QueueChunkedBatch | QueueBackendError>
+  ) => Effect.Effect<StoreResult, QueueFenced | QueueConflict | QueueChunkedBatch | QueueRejected | QueueBackendError>
   /** Stores every chunk of one business message atomically (one seq each, in order). */
   readonly storeChunked: (
     epoch: QueueEpoch,
     messageId: string,
     chunks: ReadonlyArray<Uint8Array>
-  ) => Effect.Effect<StoreResult, QueueFenced | QueueConflict | QueueBackendError>
+  ) => Effect.Effect<StoreResult, QueueFenced | QueueConflict | QueueRejected | QueueBackendError>
   /**
    * Stores several whole messages in one transaction; each result is exactly what `store` would
    * have returned one by one, in order. A `QueueChunkedBatch` for one id fails the whole call

@@ -29,7 +29,7 @@
 import { Context } from "effect"
 import type { Effect } from "effect"
 import type { QueueEpoch, StoredEntry, StoreRequest } from "./DurableProducerQueue.js"
-import type { QueueBackendError, QueueConflict, QueueFenced } from "./QueueErrors.js"
+import type { QueueBackendError, QueueConflict, QueueFenced, QueueRejected } from "./QueueErrors.js"
 
 export interface WorkQueueState {
   /** The highest seq ever assigned (0 for an empty queue). */
@@ -55,12 +55,12 @@ export interface DurableWorkQueueService {
   readonly store: (
     epoch: QueueEpoch,
     request: StoreRequest
-  ) => Effect.Effect<WorkStoreResult, QueueFenced | QueueConflict | QueueBackendError>
+  ) => Effect.Effect<WorkStoreResult, QueueFenced | QueueConflict | QueueRejected | QueueBackendError>
   /** Stores several jobs in one transaction, each result as `store` would give one by one. */
   readonly storeBatch: (
     epoch: QueueEpoch,
     requests: ReadonlyArray<StoreRequest>
-  ) => Effect.Effect<ReadonlyArray<WorkStoreResult>, QueueFenced | QueueConflict | QueueBackendError>
+  ) => Effect.Effect<ReadonlyArray<WorkStoreResult>, QueueFenced | QueueConflict | QueueRejected | QueueBackendError>
   readonly accept: (epoch: QueueEpoch, messageId: string) => Effect.Effect<void, QueueFenced | QueueConflict | QueueBackendError>
   readonly acceptBatch: (
     epoch: QueueEpoch,
@@ -88,7 +88,7 @@ export interface DurableWorkQueueService {
   readonly storeAccepted?: (
     epoch: QueueEpoch,
     requests: ReadonlyArray<StoreRequest>
-  ) => Effect.Effect<ReadonlyArray<WorkStoreResult>, QueueFenced | QueueConflict | QueueBackendError>
+  ) => Effect.Effect<ReadonlyArray<WorkStoreResult>, QueueFenced | QueueConflict | QueueRejected | QueueBackendError>
 }
 
 export class DurableWorkQueue extends Context.Tag("effect-reliable/DurableWorkQueue")<

@@ -1,7 +1,8 @@
 /**
  * Errors of the durable queue contracts. `QueueFenced` and `QueueConflict` are terminal for the
- * controller; `QueueChunkedBatch` tells it to recover a chunked batch; `QueueBackendError` is
- * anything else and is retried.
+ * controller; `QueueChunkedBatch` tells it to recover a chunked batch; `QueueRejected` refuses
+ * the messages of one request for their content (their senders are told, the flow goes on);
+ * `QueueBackendError` is anything else and is retried until the backend answers again.
  */
 import { Data } from "effect"
 
@@ -29,7 +30,22 @@ export class QueueChunkedBatch extends Data.TaggedError("QueueChunkedBatch")<{
   }
 }
 
-/** Any other backend failure (connection lost, timeout, lock). Retried under `queueRetry`. */
+/**
+ * The backend refused a store for the content of its messages (on PostgreSQL a data error:
+ * SQLSTATE class 22, e.g. a NUL in text, or 54, e.g. an index row too large). Nothing was written;
+ * retrying the same request cannot help, and other requests are unaffected.
+ */
+export class QueueRejected extends Data.TaggedError("QueueRejected")<{
+  readonly operation: string
+  readonly cause: unknown
+}> {
+  override get message(): string {
+    const reason = this.cause instanceof Error ? this.cause.message : String(this.cause)
+    return `durable queue ${this.operation} refused its messages: ${reason}`
+  }
+}
+
+/** Any other backend failure (connection lost, timeout, lock). Retried until the backend answers. */
 export class QueueBackendError extends Data.TaggedError("QueueBackendError")<{
   readonly operation: string
   readonly cause: unknown
@@ -40,8 +56,8 @@ export class QueueBackendError extends Data.TaggedError("QueueBackendError")<{
   }
 }
 
-export type DurableQueueError = QueueFenced | QueueConflict | QueueChunkedBatch | QueueBackendError
+export type DurableQueueError = QueueFenced | QueueConflict | QueueChunkedBatch | QueueRejected | QueueBackendError
 
-/** True for the errors no retry can fix. */
+/** True for the errors no retry can fix and that stop the controller. */
 export const isTerminal = (error: DurableQueueError): error is QueueFenced | QueueConflict =>
   error._tag === "QueueFenced" || error._tag === "QueueConflict"

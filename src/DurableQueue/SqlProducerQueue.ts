@@ -44,12 +44,13 @@ import {
   inRuns,
   isFastPathMiss,
   mapSqlError,
+  mapStoreError,
   toBytes,
   toNumber,
   toParam,
   transaction
 } from "./internal/SqlSupport.js"
-import type { QueueConflict, QueueFenced } from "./QueueErrors.js"
+import type { QueueConflict, QueueFenced, QueueRejected } from "./QueueErrors.js"
 import { QueueBackendError } from "./QueueErrors.js"
 
 export interface SqlQueueOptions {
@@ -361,7 +362,7 @@ const store = <E>(
   epoch: QueueEpoch,
   command: StoreCommand,
   plan: Planner<E>
-): Effect.Effect<ReadonlyArray<StoreResult>, E | QueueFenced | QueueConflict | QueueBackendError> => {
+): Effect.Effect<ReadonlyArray<StoreResult>, E | QueueFenced | QueueConflict | QueueRejected | QueueBackendError> => {
   const invalid = Rules.validateStore(command)
   if (invalid !== undefined) return Effect.fail(invalid)
   const run = queue.sql.onDialectOrElse({
@@ -370,7 +371,7 @@ const store = <E>(
         Option.isSome(fast) ? Effect.succeed(fast.value) : storeLocked(queue, epoch, command, plan)),
     orElse: () => storeLocked(queue, epoch, command, plan)
   })
-  return mapSqlError(operation)(run)
+  return mapStoreError(operation)(run)
 }
 
 /** Stores whole messages (`store`, `storeBatch`), or stores and accepts them (`storeAccepted`). */

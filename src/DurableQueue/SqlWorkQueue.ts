@@ -36,6 +36,7 @@ import {
   inRuns,
   isFastPathMiss,
   mapSqlError,
+  mapStoreError,
   pgByteaArray,
   pgInt2Array,
   pgInt8Array,
@@ -47,7 +48,7 @@ import {
 } from "./internal/SqlSupport.js"
 import type { JobState, StoredJob } from "./internal/WorkQueueRules.js"
 import * as Rules from "./internal/WorkQueueRules.js"
-import type { QueueConflict, QueueFenced } from "./QueueErrors.js"
+import type { QueueConflict, QueueFenced, QueueRejected } from "./QueueErrors.js"
 import { QueueBackendError } from "./QueueErrors.js"
 import type { SqlQueueOptions } from "./SqlProducerQueue.js"
 
@@ -301,7 +302,7 @@ const store = (
   epoch: QueueEpoch,
   requests: ReadonlyArray<StoreRequest>,
   accept: boolean
-): Effect.Effect<ReadonlyArray<WorkStoreResult>, QueueFenced | QueueConflict | QueueBackendError> => {
+): Effect.Effect<ReadonlyArray<WorkStoreResult>, QueueFenced | QueueConflict | QueueRejected | QueueBackendError> => {
   const invalid = Rules.validateStore(requests)
   if (invalid !== undefined) return Effect.fail(invalid)
   const planner = accept ? Rules.planStoreAccepted : Rules.planStore
@@ -311,7 +312,7 @@ const store = (
         Option.isSome(fast) ? Effect.succeed(fast.value) : storeLocked(queue, epoch, requests, planner)),
     orElse: () => storeLocked(queue, epoch, requests, planner)
   })
-  return mapSqlError(operation)(run)
+  return mapStoreError(operation)(run)
 }
 
 // ---- accept and confirm ----------------------------------------------------------------------

@@ -18,6 +18,18 @@ export const DefaultRetryInterval: Duration.Duration = Duration.millis(500)
 /** Durable queue operations: attempts before the controller restarts, and the pause between them. */
 export const DefaultQueueRetryAttempts = 3
 export const DefaultQueueRetryInterval: Duration.Duration = Duration.millis(100)
+/** A durable queue call not answered within this long counts as backend trouble. */
+export const DefaultQueueTimeout: Duration.Duration = Duration.seconds(5)
+/**
+ * A reload that fails after its attempts is retried for as long as it takes: from 100ms,
+ * doubling, never more than 1s apart, so a flow resumes within about a second of its database.
+ */
+export const DefaultQueueBackoff: { readonly initial: Duration.Duration; readonly max: Duration.Duration } = {
+  initial: Duration.millis(100),
+  max: Duration.seconds(1)
+}
+/** How long graceful shutdown waits for work in flight (a handler, a durable call) to finish. */
+export const DefaultDrainTimeout: Duration.Duration = Duration.seconds(5)
 /** How long a peer lookup may take before it counts as unanswered. */
 export const DefaultLookupTimeout: Duration.Duration = Duration.millis(500)
 
@@ -29,6 +41,12 @@ export const MaxChunkSize = 16 * 1024 * 1024 - 64 * 1024
 export interface QueueRetry {
   readonly attempts: number
   readonly interval: Duration.DurationInput
+}
+
+/** The backoff of a reload that keeps failing, as given by the user. */
+export interface QueueBackoff {
+  readonly initial?: Duration.DurationInput
+  readonly max?: Duration.DurationInput
 }
 
 const fail = (option: string, message: string) => Effect.fail(new ReliableConfigError({ option, message }))
@@ -82,6 +100,23 @@ export const checkQueueRetry = (
     (interval) => ({ attempts: value.attempts, interval })
   )
 }
+
+/** The queue policy: retries before a restart, the call timeout, and the reload backoff. */
+export const checkQueuePolicy = (options: {
+  readonly queueRetry?: QueueRetry | undefined
+  readonly queueTimeout?: Duration.DurationInput | undefined
+  readonly queueBackoff?: QueueBackoff | undefined
+}) =>
+  Effect.gen(function*() {
+    const retry = yield* checkQueueRetry(options.queueRetry)
+    const timeout = yield* checkInterval("queueTimeout", options.queueTimeout, DefaultQueueTimeout)
+    const initial = yield* checkInterval("queueBackoff.initial", options.queueBackoff?.initial, DefaultQueueBackoff.initial)
+    const max = yield* checkInterval("queueBackoff.max", options.queueBackoff?.max, DefaultQueueBackoff.max)
+    if (Duration.lessThan(max, initial)) {
+      return yield* fail("queueBackoff.max", `queueBackoff.max (${Duration.format(max)}) must not be shorter than queueBackoff.initial (${Duration.format(initial)})`)
+    }
+    return { ...retry, timeout, backoff: { initial, max } }
+  })
 
 export const checkChunkSize = (value: number | undefined): Effect.Effect<number | undefined, ReliableConfigError> => {
   if (value === undefined) return Effect.succeed(undefined)

@@ -12,6 +12,7 @@ import { ReliableDeliveryFailed } from "../Protocol/Failure.js"
 import type { ReliableControllerRole, ReliableDeliveryStage } from "../Protocol/Failure.js"
 import type { ControllerAddress } from "../Protocol/Address.js"
 import type { SystemInternals } from "../ReliableSystem.js"
+import * as EndpointHealth from "./EndpointHealth.js"
 import type { EndpointDetails, EndpointRecord, LocalEndpoint } from "./EndpointRegistry.js"
 import type { StopOutcome } from "./StopOutcome.js"
 
@@ -19,14 +20,16 @@ export interface Lifecycle<C> {
   /** The controller of the latest start; it may have stopped. */
   readonly current: () => C | undefined
   readonly respawn: Effect.Effect<void>
+  /** The endpoint's health across its controllers (degraded while its queue does not answer). */
+  readonly health: EndpointHealth.EndpointHealth
 }
 
 export interface LifecycleOptions<C> {
   readonly system: SystemInternals
   readonly record: EndpointRecord
   readonly role: ReliableControllerRole
-  /** Starts a controller in the current scope; it calls `stopped` at most once. */
-  readonly start: (stopped: (outcome: StopOutcome) => void) => Effect.Effect<C, never, Scope.Scope>
+  /** Starts a controller in the current scope; it calls `stopped` at most once and reports health. */
+  readonly start: (stopped: (outcome: StopOutcome) => void, health: EndpointHealth.HealthReporter) => Effect.Effect<C, never, Scope.Scope>
   readonly address: (controller: C) => ControllerAddress
   /** Runs synchronously when a controller stops (e.g. to void its grants). */
   readonly onStop?: () => void
@@ -45,6 +48,13 @@ export const make = <C>(options: LifecycleOptions<C>): Effect.Effect<Lifecycle<C
     // Claimed below, after `respawn` exists (the registry keeps it for `ReliableSystem.respawn`).
     const claimed: { entry?: LocalEndpoint } = {}
     let generation = 0
+    const clock = yield* Effect.clock
+    const health = EndpointHealth.make({
+      endpointName: options.record.name,
+      role: options.role,
+      publish: options.system.publishHealth,
+      now: () => clock.unsafeCurrentTimeMillis()
+    })
 
     const closeCurrent = Effect.suspend(() => {
       const scope = currentScope
@@ -58,7 +68,7 @@ export const make = <C>(options: LifecycleOptions<C>): Effect.Effect<Lifecycle<C
       const scope = yield* Scope.fork(endpointScope, ExecutionStrategy.sequential)
       const mine = ++generation
       currentScope = scope
-      const controller = yield* Scope.extend(options.start((outcome) => stopped(mine, outcome)), scope)
+      const controller = yield* Scope.extend(options.start((outcome) => stopped(mine, outcome), health), scope)
       current = controller
       running = true
       if (claimed.entry !== undefined) options.system.registry.setAddress(claimed.entry, options.address(controller))
@@ -101,5 +111,5 @@ export const make = <C>(options: LifecycleOptions<C>): Effect.Effect<Lifecycle<C
     claimed.entry = yield* options.system.registry.claim(options.record, respawn, options.details)
     yield* Effect.addFinalizer(() => closeCurrent)
     yield* respawn
-    return { current: () => current, respawn }
+    return { current: () => current, respawn, health }
   })

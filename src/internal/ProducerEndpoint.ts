@@ -12,7 +12,7 @@ import type { Queue, Scope } from "effect"
 import type { ProduceError } from "../Controller/internal/ProducerCalls.js"
 import type { ProduceItem } from "../Controller/internal/ProducerHandshake.js"
 import type { ProducerHooks, ProducerSide } from "../Controller/internal/ProducerShell.js"
-import type { ProducerStats } from "../Controller/ProducerController.js"
+import type { ControllerStats, ProducerStats } from "../Controller/ProducerController.js"
 import type { DeliveryConfirmed, Produced, RequestNext, Stored, StoredAck } from "../Protocol/Contract.js"
 import { EndpointClosed, PayloadEncodeError, ProducerContractError } from "../Protocol/Errors.js"
 import type { ReliableConfigError } from "../Protocol/Errors.js"
@@ -71,13 +71,13 @@ export const MaxBatch = 1000
 
 /** A producer-side controller as its endpoint uses it. */
 export interface EndpointController<A> extends ProducerSide<A> {
-  readonly stats: () => ProducerStats
+  readonly stats: () => ControllerStats
 }
 
 /** Starts a controller in the current scope, wired to the endpoint's hooks. */
 export type ControllerStart<A, C extends EndpointController<A>> = (hooks: ProducerHooks) => Effect.Effect<C, never, Scope.Scope>
 
-const noStats: ProducerStats = { sent: 0, resent: 0, confirmed: 0, dropped: 0 }
+const noStats: ControllerStats = { sent: 0, resent: 0, confirmed: 0, dropped: 0 }
 
 /** Checks a caller's id (a generated one is fine by construction) and encodes the payload. */
 const encoder = <A>(endpoint: string, codec: PayloadCodec<A>) => {
@@ -107,7 +107,7 @@ export const make = <A, C extends EndpointController<A>>(
   record: EndpointRecord,
   codec: PayloadCodec<A>,
   start: ControllerStart<A, C>,
-  details?: (current: () => C | undefined) => EndpointDetails
+  details?: (current: () => C | undefined, degraded: () => boolean) => EndpointDetails
 ): Effect.Effect<{ readonly producer: Producer<A>; readonly current: () => C | undefined }, ReliableConfigError, Scope.Scope> =>
   Effect.gen(function*() {
     const confirmations = yield* Effect.acquireRelease(PubSub.sliding<DeliveryConfirmed>(4096), PubSub.shutdown)
@@ -132,9 +132,10 @@ export const make = <A, C extends EndpointController<A>>(
       role: "Producer",
       address: (controller) => controller.address,
       onStop: ingress.voidGrant,
-      details: details?.(() => lifecycle.current()),
-      start: (stopped) =>
+      details: details?.(() => lifecycle.current(), () => lifecycle.health.degradedSince() !== undefined),
+      start: (stopped, health) =>
         start({
+          health,
           offerGrant: ingress.offer,
           notify: (confirmed) => {
             for (const item of confirmed) confirmations.unsafeOffer(item)
@@ -198,7 +199,7 @@ export const make = <A, C extends EndpointController<A>>(
       storedAck,
       confirmations: Stream.fromPubSub(confirmations),
       subscribeConfirmations: PubSub.subscribe(confirmations),
-      stats: Effect.sync(() => lifecycle.current()?.stats() ?? noStats)
+      stats: Effect.sync(() => ({ ...(lifecycle.current()?.stats() ?? noStats), degraded: lifecycle.health.degradedSince() !== undefined }))
     }
     return { producer, current: lifecycle.current }
   })

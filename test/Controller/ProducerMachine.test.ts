@@ -285,7 +285,7 @@ describe("ProducerMachine", () => {
       const wrong = new RequestNext({ ...grantOf(state), token: "p1:99" })
       const { actions } = run(state, { _tag: "Produce", grant: wrong, items: [{ messageId: "m", payload: bytes("x") }], now: 0 })
       const answer = actions[0] as Extract<ProducerAction, { _tag: "Answer" }>
-      expect(Either.isLeft(answer.result) && answer.result.left.reason).toBe("StaleGrant")
+      expect(Either.isLeft(answer.result) && answer.result.left._tag === "ProducerContractError" && answer.result.left.reason).toBe("StaleGrant")
     })
 
     it("a retried grant answered with the same Produced gets the same Stored; a different one is refused", () => {

@@ -14,7 +14,7 @@ export interface Spy {
   readonly calls: Array<{ readonly operation: Operation; readonly argument: unknown }>
   /** The next `count` calls of `operation` fail with `error` (before they run). */
   readonly failNext: (operation: Operation, error: DurableQueueError, count?: number) => void
-  /** Every call of `operation` takes `millis` of clock time. */
+  /** Every call of `operation` takes `millis` of clock time (0: no delay again). */
   readonly delay: (operation: Operation, millis: number) => void
 }
 
@@ -54,6 +54,6 @@ export const spy = (inner: DurableProducerQueueService, options: { readonly fuse
     queue,
     calls,
     failNext: (operation, error, count = 1) => void failures.set(operation, { error, count }),
-    delay: (operation, millis) => void delays.set(operation, millis)
+    delay: (operation, millis) => void (millis > 0 ? delays.set(operation, millis) : delays.delete(operation))
   }
 }

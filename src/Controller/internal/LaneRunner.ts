@@ -1,20 +1,34 @@
 /**
  * The one-at-a-time runner under every durable lane (producer queue and work queue): handshake
  * operations (load, store, accept) run in submission order and before the lane's deferred work
- * (coalesced confirmations); every queue call is retried under the queue retry policy;
- * `QueueFenced` and `QueueConflict` are terminal; exhausted retries ask the controller to
- * restart and reload, except a failed load, which is reported (restarting into another load
- * cannot heal it). After a failure the lane runs nothing more.
+ * (coalesced confirmations); every queue call has a timeout and is retried under the queue retry
+ * policy; `QueueFenced` and `QueueConflict` are terminal.
+ *
+ * Backend trouble never makes a flow terminal. A call that still fails after its retries makes
+ * the endpoint degraded (one event) and asks the controller to restart; the new controller's
+ * load is retried for as long as it takes, under an exponential backoff with a cap, so the flow
+ * resumes by itself within about one backoff step of the backend answering again. The first
+ * call that succeeds makes the endpoint healthy again (one event). After a failure the lane runs
+ * nothing more: its controller is being replaced.
  */
 import { Duration, Effect, Schedule } from "effect"
 import type { Fiber } from "effect"
+import * as EndpointHealth from "../../internal/EndpointHealth.js"
+import type { HealthReporter } from "../../internal/EndpointHealth.js"
+import { DefaultQueueBackoff, DefaultQueueTimeout } from "../../Protocol/Config.js"
 import type { ReliableDeliveryStage } from "../../Protocol/Failure.js"
-import { isTerminal } from "../../DurableQueue/QueueErrors.js"
-import type { DurableQueueError } from "../../DurableQueue/QueueErrors.js"
+import { isTerminal, QueueBackendError } from "../../DurableQueue/QueueErrors.js"
+import type { DurableQueueError, QueueRejected } from "../../DurableQueue/QueueErrors.js"
 
 export interface QueueRetryPolicy {
+  /** Attempts of one call before the controller restarts (a load goes on retrying instead). */
   readonly attempts: number
+  /** The pause between those attempts. */
   readonly interval: Duration.Duration
+  /** A call not answered within this long counts as backend trouble (default 5 seconds). */
+  readonly timeout?: Duration.Duration | undefined
+  /** A load still failing after its attempts is retried from `initial`, doubling up to `max`. */
+  readonly backoff?: { readonly initial: Duration.Duration; readonly max: Duration.Duration } | undefined
 }
 
 /** Runs one queue call under the retry policy; `onDone` gets its result. */
@@ -25,6 +39,8 @@ export interface RunnerOptions<Op> {
   readonly runFork: <A, E>(effect: Effect.Effect<A, E>) => Fiber.RuntimeFiber<A, E>
   /** A durable operation failed for good: terminal, or to be healed by a controller restart. */
   readonly failed: (stage: ReliableDeliveryStage, cause: unknown, terminal: boolean) => void
+  /** Told when the backend stops and starts answering (default: nobody). */
+  readonly health?: HealthReporter | undefined
   /** Performs one operation; every queue call in it goes through `guard`. */
   readonly run: (op: Op, guard: Guard) => Effect.Effect<void>
   /** Takes the lane's deferred work when no handshake operation waits (undefined: none). */
@@ -56,11 +72,11 @@ export interface Runner<Op> {
   readonly kick: () => void
 }
 
-const retriable = (error: DurableQueueError) => !isTerminal(error) && error._tag !== "QueueChunkedBatch"
+const retriable = (error: DurableQueueError) => !isTerminal(error) && error._tag !== "QueueChunkedBatch" && error._tag !== "QueueRejected"
 
 /**
- * Retries backend errors under the policy; terminal errors and chunked-batch answers pass at once.
- * The first attempt runs bare: the retry schedule is set up only after a failure.
+ * Retries backend errors under the policy; terminal errors, refusals and chunked-batch answers
+ * pass at once. The first attempt runs bare: the retry schedule is set up only after a failure.
  */
 export const retrying = <A>(retry: QueueRetryPolicy, effect: Effect.Effect<A, DurableQueueError>) => {
   if (retry.attempts <= 1) return effect
@@ -68,21 +84,64 @@ export const retrying = <A>(retry: QueueRetryPolicy, effect: Effect.Effect<A, Du
   return Effect.catchIf(effect, retriable, () => Effect.zipRight(Effect.sleep(retry.interval), again))
 }
 
+/** A store the queue refused for its content (`QueueRejected`): an answer, not a failure. */
+export class Refusal {
+  constructor(readonly cause: QueueRejected) {}
+}
+
+/** Turns a refusal into a value, so the lane answers the store instead of retrying it. */
+export const refusable = <A, E extends DurableQueueError>(effect: Effect.Effect<A, E>): Effect.Effect<A | Refusal, Exclude<E, QueueRejected>> =>
+  Effect.catchIf(
+    effect,
+    (error): error is Extract<E, QueueRejected> => error._tag === "QueueRejected",
+    (error) => Effect.succeed(new Refusal(error as QueueRejected))
+  ) as unknown as Effect.Effect<A | Refusal, Exclude<E, QueueRejected>>
+
+/** Exponential from `initial`, never more than `max` apart. */
+export const backoffSchedule = (backoff: NonNullable<QueueRetryPolicy["backoff"]>): Schedule.Schedule<unknown> =>
+  Schedule.exponential(backoff.initial).pipe(Schedule.union(Schedule.spaced(backoff.max)))
+
+/** A call without an answer in time is backend trouble, like a refused connection. */
+export const timed = <A>(timeout: Duration.Duration, stage: ReliableDeliveryStage, effect: Effect.Effect<A, DurableQueueError>) =>
+  Effect.timeoutFail(effect, {
+    duration: timeout,
+    onTimeout: () => new QueueBackendError({ operation: stage.toLowerCase(), cause: new Error(`no answer within ${Duration.format(timeout)}`) })
+  })
+
 export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
   const ops: Array<Op> = []
   let busy = false
   let deferredBusy = false
   let dead = false
+  const health = options.health ?? EndpointHealth.silent
+  const timeout = options.retry.timeout ?? DefaultQueueTimeout
+  const backoff = backoffSchedule(options.retry.backoff ?? DefaultQueueBackoff)
 
-  const guard: Guard = (stage, effect, onDone) =>
-    Effect.matchEffect(retrying(options.retry, effect), {
-      onSuccess: (value) => Effect.sync(() => onDone(value)),
+  /** A load is retried for as long as it takes: after its attempts, under the backoff, degraded meanwhile. */
+  const healing = <A>(stage: ReliableDeliveryStage, attempt: Effect.Effect<A, DurableQueueError>) =>
+    Effect.catchIf(retrying(options.retry, attempt), retriable, (error) =>
+      Effect.zipRight(
+        Effect.sync(() => health.degraded(stage, error)),
+        Effect.retry(attempt, { schedule: backoff, while: retriable })
+      ))
+
+  const guard: Guard = (stage, effect, onDone) => {
+    const attempt = timed(timeout, stage, effect)
+    return Effect.matchEffect(stage === "Load" ? healing(stage, attempt) : retrying(options.retry, attempt), {
+      onSuccess: (value) =>
+        Effect.sync(() => {
+          health.healthy()
+          onDone(value)
+        }),
       onFailure: (error) =>
         Effect.sync(() => {
           dead = true
-          options.failed(stage, error, stage === "Load" || isTerminal(error))
+          const terminal = isTerminal(error)
+          if (!terminal) health.degraded(stage, error)
+          options.failed(stage, error, terminal)
         })
     })
+  }
 
   const idleMs = options.deferredIdleMs ?? 0
   const maxWaitMs = options.deferredMaxWaitMs ?? 1000

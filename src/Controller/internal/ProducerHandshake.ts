@@ -17,7 +17,7 @@
 import { Either } from "effect"
 import { RequestNext, Stored } from "../../Protocol/Contract.js"
 import type { StoredAck } from "../../Protocol/Contract.js"
-import { ProducerContractError } from "../../Protocol/Errors.js"
+import { MessageRejected, ProducerContractError } from "../../Protocol/Errors.js"
 import { checkMessageId } from "../../Protocol/MessageIdRule.js"
 import type { MessageIdProblem } from "../../Protocol/MessageIdRule.js"
 
@@ -86,12 +86,14 @@ export type HandshakeEvent =
   | { readonly _tag: "StoredAck"; readonly ack: StoredAck; readonly now: number }
   /** The everyday path acknowledges every message stored under its grant at once. */
   | { readonly _tag: "AckAll"; readonly token: string; readonly now: number }
+  /** The durable store of `token` was refused for its content (`messageId` when it was one message). */
+  | { readonly _tag: "StoreRejected"; readonly token: string; readonly messageId: string | undefined; readonly cause: unknown; readonly now: number }
 
 export type OfferAction = { readonly _tag: "Offer"; readonly grant: RequestNext }
 export type AnswerAction = {
   readonly _tag: "Answer"
   readonly token: string
-  readonly result: Either.Either<ReadonlyArray<Stored>, ProducerContractError>
+  readonly result: Either.Either<ReadonlyArray<Stored>, ProducerContractError | MessageRejected>
 }
 export type AckRejectedAction = { readonly _tag: "AckRejected"; readonly token: string; readonly error: ProducerContractError }
 export type AcceptAction = { readonly _tag: "Accept"; readonly token: string; readonly messageIds: ReadonlyArray<string> }
@@ -200,7 +202,7 @@ export const answeredBefore = (
   return handshake._tag === "Storing" ? undefined : Either.right(handshake.stored[0])
 }
 
-export const answer = (token: string, result: Either.Either<ReadonlyArray<Stored>, ProducerContractError>, out: Sink): void =>
+export const answer = (token: string, result: Either.Either<ReadonlyArray<Stored>, ProducerContractError | MessageRejected>, out: Sink): void =>
   void out.push({ _tag: "Answer", token, result })
 
 /**
@@ -245,6 +247,26 @@ export const startStoring = <M>(
 export const storing = <M>(s: HandshakeDraft<M>, token: string): StoringHandshake | undefined => {
   const handshake = s.handshake
   return handshake._tag === "Storing" && handshake.grant.token === token ? handshake : undefined
+}
+
+/**
+ * The queue refused the messages of the store in progress for their content: nothing was
+ * stored. The caller is told (`MessageRejected`), and the grant is outstanding again, offered
+ * anew, so the next messages (or the same batch without the refused one) can use it.
+ */
+export const storeRejected = <M>(
+  s: HandshakeDraft<M>,
+  token: string,
+  messageId: string | undefined,
+  cause: unknown,
+  now: number,
+  out: Sink
+): void => {
+  const handshake = storing(s, token)
+  if (handshake === undefined) return
+  s.handshake = { _tag: "Granted", grant: handshake.grant, offeredAt: now }
+  answer(token, Either.left(new MessageRejected({ endpointName: s.config.endpoint, messageId, cause })), out)
+  out.push({ _tag: "Offer", grant: handshake.grant })
 }
 
 /** How a machine tells the store seq and id of one of its messages. */

@@ -14,6 +14,7 @@
  */
 import { Effect, FiberSet } from "effect"
 import type { Either, Fiber, Scope } from "effect"
+import type { HealthReporter } from "../../internal/EndpointHealth.js"
 import type { StopOutcome } from "../../internal/StopOutcome.js"
 import type { SystemInternals } from "../../ReliableSystem.js"
 import type { ControllerAddress } from "../../Protocol/Address.js"
@@ -33,6 +34,8 @@ export interface ProducerHooks {
   readonly notify: (confirmed: ReadonlyArray<DeliveryConfirmed>) => void
   /** The controller stopped: terminal (publish and wait for respawn) or to be restarted. */
   readonly stopped: (outcome: StopOutcome) => void
+  /** Where the durable lane reports that its backend stopped or started answering. */
+  readonly health: HealthReporter
 }
 
 /** Who a controller is: its address (a fresh incarnation) and its session. */
@@ -96,6 +99,7 @@ export interface ShellContext<Ev> {
   readonly stop: (outcome: StopOutcome) => void
   /** Queues an envelope; everything queued in one fold goes to the transport together. */
   readonly post: (envelope: Envelope) => void
+  readonly health: HealthReporter
 }
 
 /** Counters every producer-side controller keeps. */
@@ -182,7 +186,8 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
       runFork,
       dispatch: (event) => void dispatch(event),
       stop,
-      post: (envelope) => void (envelopes ??= []).push(envelope)
+      post: (envelope) => void (envelopes ??= []).push(envelope),
+      health: hooks.health
     }
     const lane = options.lane?.(context)
 

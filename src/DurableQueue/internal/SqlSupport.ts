@@ -5,7 +5,7 @@
 import type { SqlClient } from "@effect/sql/SqlClient"
 import { SqlError } from "@effect/sql/SqlError"
 import { Effect, Option } from "effect"
-import { QueueBackendError, QueueConflict } from "../QueueErrors.js"
+import { QueueBackendError, QueueConflict, QueueRejected } from "../QueueErrors.js"
 
 export type Dialect = "pg" | "sqlite"
 
@@ -64,6 +64,16 @@ export const isFastPathMiss = (error: SqlError): boolean => {
   return isIntegrityViolation(error) || code === "40001" || code === "40P01"
 }
 
+/**
+ * A value the database cannot hold (PostgreSQL data exceptions, class 22, and program limits,
+ * class 54: a NUL in text, ill-formed UTF-8, an index row too large): the request's content is
+ * refused, and no retry can change that.
+ */
+export const isContentRefusal = (error: SqlError): boolean => {
+  const code = causeCode(error)
+  return code !== undefined && code.length === 5 && (code.startsWith("22") || code.startsWith("54"))
+}
+
 /** Integrity violations contradict the queue's contract (`QueueConflict`); anything else is retriable. */
 export const fromSqlError = (operation: string) => (error: SqlError): QueueConflict | QueueBackendError =>
   isIntegrityViolation(error)
@@ -78,6 +88,22 @@ export const mapSqlError = (operation: string) =>
   Effect.mapError(
     effect,
     (error) => error instanceof SqlError ? fromSqlError(operation)(error) : error as Exclude<E, SqlError>
+  )
+
+/**
+ * For requests that write new content (stores): as `mapSqlError`, and content the database
+ * cannot hold is `QueueRejected` (no retry can store it).
+ */
+export const mapStoreError = (operation: string) =>
+<A, E, R>(
+  effect: Effect.Effect<A, E | SqlError, R>
+): Effect.Effect<A, Exclude<E, SqlError> | QueueConflict | QueueRejected | QueueBackendError, R> =>
+  Effect.mapError(
+    effect,
+    (error) =>
+      error instanceof SqlError
+        ? (isContentRefusal(error) ? new QueueRejected({ operation, cause: error }) : fromSqlError(operation)(error))
+        : error as Exclude<E, SqlError>
   )
 
 /** Integers come back as strings from PostgreSQL BIGINT and counts, as numbers from SQLite. */

@@ -42,6 +42,12 @@ export interface ProducerOptions<A, I> {
    */
   readonly queueBackoff?: Config.QueueBackoff
   /**
+   * Closing the endpoint's scope waits this long at most for its durable queue to finish what it
+   * holds (the store in flight, the watermark of every confirmation received), so a clean
+   * restart redelivers nothing that was confirmed; default 5 seconds.
+   */
+  readonly drainTimeout?: Duration.DurationInput
+  /**
    * The remoting address of the node hosting the consumer (a remoting-only flow); needs a socket
    * transport. Default: the consumer is on this system.
    */
@@ -66,7 +72,8 @@ const checkOptions = <A, I>(options: ProducerOptions<A, I>) =>
     consumer: Config.checkName("consumer", options.consumer),
     retryInterval: Config.checkInterval("retryInterval", options.retryInterval, Config.DefaultRetryInterval),
     chunkSize: Config.checkChunkSize(options.chunkSize),
-    queueRetry: Config.checkQueuePolicy(options)
+    queueRetry: Config.checkQueuePolicy(options),
+    drainTimeout: Config.checkInterval("drainTimeout", options.drainTimeout, Config.DefaultDrainTimeout)
   }))
 
 /** A point-to-point producer endpoint. */
@@ -90,6 +97,7 @@ export const make = <A, I>(
       chunkSize: checked.chunkSize,
       durableQueue: options.durableQueue,
       queueRetry: checked.queueRetry,
+      drainTimeout: checked.drainTimeout,
       consumerNode
     }
     const endpoint = yield* ProducerEndpoint.make(

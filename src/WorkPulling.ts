@@ -50,6 +50,12 @@ export interface ProducerOptions<A, I> {
    * it takes: from `initial` (default 100ms), doubling, never more than `max` (default 1s) apart.
    */
   readonly queueBackoff?: Config.QueueBackoff
+  /**
+   * Closing the endpoint's scope waits this long at most for its durable queue to finish what it
+   * holds (the store in flight, the watermark of every confirmation received), so a clean
+   * restart redelivers nothing that was confirmed; default 5 seconds.
+   */
+  readonly drainTimeout?: Duration.DurationInput
 }
 
 export interface WorkerOptions<A, I> {
@@ -73,7 +79,8 @@ const producerOptions: ReadonlySet<string> = new Set([
   "retryInterval",
   "queueRetry",
   "queueTimeout",
-  "queueBackoff"
+  "queueBackoff",
+  "drainTimeout"
 ])
 
 /** Options a point-to-point producer takes that a work-pulling producer refuses, and why. */
@@ -104,7 +111,8 @@ const checkProducerOptions = <A, I>(options: ProducerOptions<A, I>) =>
     Effect.all({
       name: Config.checkName("name", options.name),
       retryInterval: Config.checkInterval("retryInterval", options.retryInterval, Config.DefaultRetryInterval),
-      queueRetry: Config.checkQueuePolicy(options)
+      queueRetry: Config.checkQueuePolicy(options),
+    drainTimeout: Config.checkInterval("drainTimeout", options.drainTimeout, Config.DefaultDrainTimeout)
     })
   )
 
@@ -125,7 +133,8 @@ export const producer = <A, I>(
       deliveryConfirmation: options.deliveryConfirmation ?? false,
       retryInterval: checked.retryInterval,
       durableQueue: options.durableWorkQueue,
-      queueRetry: checked.queueRetry
+      queueRetry: checked.queueRetry,
+      drainTimeout: checked.drainTimeout
     }
     const endpoint = yield* ProducerEndpoint.make(
       system,

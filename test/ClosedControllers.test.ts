@@ -72,7 +72,8 @@ describe("a producer-side controller whose scope has closed", () => {
         retryInterval: Duration.millis(100),
         chunkSize: undefined,
         durableQueue: yield* MemoryProducerQueue.make,
-        queueRetry
+        queueRetry,
+        drainTimeout: Duration.seconds(1)
       }, codec, system, keepGrants(offered)).pipe(Scope.extend(scope))
       yield* publish("p", "Producer", "c", controller.address)
       yield* Consumer.make({ name: "c", producer: "p", payload: Order, resendInterval: "100 millis" })
@@ -89,7 +90,8 @@ describe("a producer-side controller whose scope has closed", () => {
         deliveryConfirmation: false,
         retryInterval: Duration.millis(100),
         durableQueue: yield* MemoryWorkQueue.make,
-        queueRetry
+        queueRetry,
+        drainTimeout: Duration.seconds(1)
       }, codec, system, keepGrants(offered)).pipe(Scope.extend(scope))
       yield* publish("jobs", "WorkProducer", undefined, controller.address)
       yield* WorkPulling.worker({ name: "w1", producer: "jobs", payload: Order, resendInterval: "100 millis" })

@@ -46,6 +46,8 @@ export const ConfirmMaxWaitMs = 250
 
 export interface DurableLane {
   readonly submit: (action: LaneAction) => void
+  /** Graceful shutdown: writes the pending watermark and lets the running call finish. */
+  readonly drain: Effect.Effect<void>
 }
 
 type StoreAction = Extract<ProducerAction, { readonly _tag: "Store" }>
@@ -185,6 +187,7 @@ export const make = (options: DurableLaneOptions): DurableLane => {
       } else {
         runner.enqueue(action)
       }
-    }
+    },
+    drain: runner.drain
   }
 }

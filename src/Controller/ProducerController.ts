@@ -30,6 +30,8 @@ export interface ProducerSettings {
   readonly chunkSize: number | undefined
   readonly durableQueue: DurableProducerQueueService | undefined
   readonly queueRetry: DurableLane.QueueRetryPolicy
+  /** How long closing waits for the durable lane (graceful shutdown). */
+  readonly drainTimeout: Duration.Duration
   /** The node hosting the consumer (a remoting-only flow); absent when it is local. */
   readonly consumerNode?: string | undefined
 }
@@ -169,6 +171,7 @@ export const make = <A>(
       codec,
       durable: config.durable,
       retryIntervalMs: config.retryIntervalMs,
+      drainTimeout: settings.drainTimeout,
       counters,
       machine,
       initial: (now) => Machine.initial(config, now),
@@ -188,7 +191,7 @@ export const make = <A>(
           },
           now: context.now
         })
-        return { submit: (action) => lane.submit(action as DurableLane.LaneAction) }
+        return { drain: lane.drain, submit: (action) => lane.submit(action as DurableLane.LaneAction) }
       },
       laneActions,
       perform: (action, context) => action._tag === "Send" || action._tag === "Resend" ? send(action, context) : true,

@@ -36,6 +36,8 @@ export interface WorkLaneOptions {
 
 export interface WorkLane {
   readonly submit: (action: LaneAction) => void
+  /** Graceful shutdown: writes the pending confirmations and lets the running call finish. */
+  readonly drain: Effect.Effect<void>
 }
 
 export const make = (options: WorkLaneOptions): WorkLane => {
@@ -123,6 +125,7 @@ export const make = (options: WorkLaneOptions): WorkLane => {
     health: options.health,
     run,
     concurrentDeferred: true,
+    hasDeferred: () => confirmations.length > 0,
     takeDeferred: () => {
       if (confirmations.length === 0) return undefined
       const messageIds = confirmations.length <= maxBatch ? confirmations : confirmations.slice(0, maxBatch)
@@ -139,6 +142,7 @@ export const make = (options: WorkLaneOptions): WorkLane => {
       } else {
         runner.enqueue(action)
       }
-    }
+    },
+    drain: runner.drain
   }
 }

@@ -25,6 +25,8 @@ export interface WorkPullingSettings {
   readonly retryInterval: Duration.Duration
   readonly durableQueue: DurableWorkQueueService | undefined
   readonly queueRetry: QueueRetryPolicy
+  /** How long closing waits for the durable lane (graceful shutdown). */
+  readonly drainTimeout: Duration.Duration
 }
 
 /** One bound worker as the controller sees it. */
@@ -185,6 +187,7 @@ export const make = <A>(
       codec,
       durable: config.durable,
       retryIntervalMs,
+      drainTimeout: settings.drainTimeout,
       counters,
       machine,
       initial: () => Machine.initial(config),
@@ -201,7 +204,7 @@ export const make = <A>(
             else context.stop({ _tag: "Restart", cause })
           }
         })
-        return { submit: (action) => lane.submit(action as WorkLane.LaneAction) }
+        return { drain: lane.drain, submit: (action) => lane.submit(action as WorkLane.LaneAction) }
       },
       laneActions,
       perform,

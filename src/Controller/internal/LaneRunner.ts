@@ -14,6 +14,7 @@
 import { Duration, Effect, Schedule } from "effect"
 import type { Fiber } from "effect"
 import * as EndpointHealth from "../../internal/EndpointHealth.js"
+import { Signal } from "../../internal/Signal.js"
 import type { HealthReporter } from "../../internal/EndpointHealth.js"
 import { DefaultQueueBackoff, DefaultQueueTimeout } from "../../Protocol/Config.js"
 import type { ReliableDeliveryStage } from "../../Protocol/Failure.js"
@@ -53,7 +54,7 @@ export interface RunnerOptions<Op> {
    */
   readonly deferredIdleMs?: number
   readonly deferredMaxWaitMs?: number
-  /** Whether deferred work is pending (required with `deferredIdleMs`). */
+  /** Whether deferred work is pending (required with `deferredIdleMs`, and for `drain`). */
   readonly hasDeferred?: () => boolean
   /** The controller's clock, for `deferredMaxWaitMs`. */
   readonly now?: () => number
@@ -70,6 +71,11 @@ export interface Runner<Op> {
   readonly enqueue: (op: Op) => void
   /** Deferred work was added: run it if the lane is free. */
   readonly kick: () => void
+  /**
+   * Graceful shutdown: runs deferred work at once (no waiting for a pause) and completes when
+   * nothing is queued or running any more (or the lane has failed). Bound it with a timeout.
+   */
+  readonly drain: Effect.Effect<void>
 }
 
 const retriable = (error: DurableQueueError) => !isTerminal(error) && error._tag !== "QueueChunkedBatch" && error._tag !== "QueueRejected"
@@ -151,6 +157,10 @@ export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
   let lastActive = 0
   /** A fiber sleeps until deferred work may be due; it is never interrupted, only re-armed. */
   let timerArmed = false
+  /** Shutting down: deferred work runs at once. */
+  let draining = false
+  const quiet = new Signal()
+  const isQuiet = () => dead || (!busy && !deferredBusy && ops.length === 0 && options.hasDeferred?.() !== true)
 
   // An operation starts on a later turn: `next` runs inside a machine fold, and a queue that
   // answers synchronously (the memory queues) must not fold its completion into that same fold.
@@ -184,6 +194,11 @@ export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
   }
 
   const next = (): void => {
+    advance()
+    if (isQuiet()) quiet.fire()
+  }
+
+  const advance = (): void => {
     if (dead) return
     if (options.concurrentDeferred === true) {
       if (!busy && ops.length > 0) run(ops.shift()!)
@@ -191,7 +206,7 @@ export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
       return
     }
     if (busy) return
-    if (idleMs <= 0) return ops.length > 0 ? run(ops.shift()!) : runDeferred()
+    if (idleMs <= 0 || draining) return ops.length > 0 ? run(ops.shift()!) : runDeferred()
     if (options.hasDeferred?.() !== true) return ops.length > 0 ? run(ops.shift()!) : undefined
     // Deferred work waits for the lane to pause for `idleMs`, but never longer than `maxWaitMs`:
     // a lane whose next operation is always queued (a sendAll of many grants) still gets to it.
@@ -210,11 +225,19 @@ export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
       })))
   }
 
+  const drain: Effect.Effect<void> = Effect.suspend(() => {
+    draining = true
+    next()
+    const wait: Effect.Effect<void> = Effect.suspend(() => isQuiet() ? Effect.void : Effect.zipRight(quiet.next(), wait))
+    return wait
+  })
+
   return {
     enqueue: (op) => {
       ops.push(op)
       next()
     },
-    kick: next
+    kick: next,
+    drain
   }
 }

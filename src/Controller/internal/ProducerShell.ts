@@ -13,7 +13,7 @@
  * every caller waiting on it is told to take a new grant.
  */
 import { Effect, FiberSet } from "effect"
-import type { Either, Fiber, Scope } from "effect"
+import type { Duration, Either, Fiber, Scope } from "effect"
 import type { HealthReporter } from "../../internal/EndpointHealth.js"
 import type { StopOutcome } from "../../internal/StopOutcome.js"
 import type { SystemInternals } from "../../ReliableSystem.js"
@@ -87,6 +87,8 @@ export interface ShellMachine<S, Ev, Act> {
 /** A durable lane as the shell sees it: it takes the machine's durable actions. */
 export interface Lane<Act> {
   readonly submit: (action: Act) => void
+  /** Lets the running call finish and writes what is deferred (a graceful shutdown). */
+  readonly drain: Effect.Effect<void>
 }
 
 /** What the shell gives a controller's own parts (its lane, its `perform`). */
@@ -115,6 +117,8 @@ export interface ShellOptions<S, Ev, Act extends { readonly _tag: string }, A> {
   readonly codec: PayloadCodec<A>
   readonly durable: boolean
   readonly retryIntervalMs: number
+  /** How long closing waits for the durable lane to finish what it holds. */
+  readonly drainTimeout: Duration.Duration
   readonly counters: ShellCounters
   readonly machine: ShellMachine<S, Ev, Act>
   readonly initial: (now: number) => Step<S, Act>
@@ -172,6 +176,10 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
     // takes no call and folds no event, like a stopped one, though nobody is told it stopped.
     let closed = false
     const finished = () => closed || stoppedWith !== undefined
+    // Set while the scope closes and the lane drains: calls are refused, events still fold (a
+    // confirmation arriving now is still persisted).
+    let closing = false
+    const refusingCalls = () => closing || finished()
     let envelopes: Array<Envelope> | undefined
 
     const stop = (outcome: StopOutcome) => {
@@ -246,7 +254,7 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
       codec: options.codec,
       durable: options.durable,
       now,
-      stopped: finished,
+      stopped: refusingCalls,
       check: (grant, messageId, payload) => machine.checkProduced(state, grant, messageId, payload),
       answeredBefore: (grant, messageId) => machine.answeredBefore(state, grant, messageId),
       refuse: options.refuse,
@@ -256,8 +264,12 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
     // Closing the scope ends the controller and releases every waiting caller. A call made after
     // that (a fiber that took this controller's grant just before the respawn) must be refused at
     // once: folded, it would start a store no fiber runs any more and wait for it forever.
+    // Closing drains first (graceful shutdown): the store in flight completes and every
+    // confirmation received so far is written, so a clean restart redelivers nothing confirmed.
     yield* Effect.addFinalizer(() =>
-      Effect.sync(() => {
+      Effect.gen(function*() {
+        closing = true
+        if (lane !== undefined && !finished()) yield* Effect.ignore(Effect.timeout(lane.drain, options.drainTimeout))
         closed = true
         calls.abandon()
       })

@@ -73,7 +73,7 @@ const checkOptions = <A, I>(options: ProducerOptions<A, I>) =>
     retryInterval: Config.checkInterval("retryInterval", options.retryInterval, Config.DefaultRetryInterval),
     chunkSize: Config.checkChunkSize(options.chunkSize),
     queueRetry: Config.checkQueuePolicy(options),
-    drainTimeout: Config.checkInterval("drainTimeout", options.drainTimeout, Config.DefaultDrainTimeout)
+    drainTimeout: Config.checkDrainTimeout(options.drainTimeout)
   }))
 
 /** A point-to-point producer endpoint. */

@@ -10,7 +10,8 @@
  */
 import { Effect } from "effect"
 import type { Duration, Schema, Scope } from "effect"
-import * as Consumer from "./Consumer.js"
+import type * as Consumer from "./Consumer.js"
+import * as ConsumerEndpoint from "./internal/ConsumerEndpoint.js"
 import * as WorkPullingController from "./Controller/WorkPullingController.js"
 import type { WorkPullingStats } from "./Controller/WorkPullingController.js"
 import type { DurableWorkQueueService } from "./DurableQueue/DurableWorkQueue.js"
@@ -69,6 +70,8 @@ export interface WorkerOptions<A, I> {
   readonly window?: number
   /** Tick for re-registration, re-delivery and gap re-requests; default 2s. */
   readonly resendInterval?: Duration.DurationInput
+  /** Closing the worker lets the job in flight finish, waiting at most this long; default 5s. */
+  readonly drainTimeout?: Duration.DurationInput
 }
 
 const producerOptions: ReadonlySet<string> = new Set([
@@ -112,7 +115,7 @@ const checkProducerOptions = <A, I>(options: ProducerOptions<A, I>) =>
       name: Config.checkName("name", options.name),
       retryInterval: Config.checkInterval("retryInterval", options.retryInterval, Config.DefaultRetryInterval),
       queueRetry: Config.checkQueuePolicy(options),
-    drainTimeout: Config.checkInterval("drainTimeout", options.drainTimeout, Config.DefaultDrainTimeout)
+    drainTimeout: Config.checkDrainTimeout(options.drainTimeout)
     })
   )
 
@@ -158,7 +161,7 @@ export const producer = <A, I>(
 export const worker = <A, I>(
   options: WorkerOptions<A, I>
 ): Effect.Effect<Consumer.Consumer<A>, ReliableEndpointConfigError, ReliableSystem | Scope.Scope> =>
-  Consumer.makeEndpoint(options, "Worker", ["WorkProducer"])
+  ConsumerEndpoint.make(options, "Worker", ["WorkProducer"])
 
 /**
  * What the work-pulling producer `name` of the system in context holds right now: bound workers

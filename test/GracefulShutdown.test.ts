@@ -4,7 +4,7 @@
  * confirmed (point-to-point and work-pulling).
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Exit, Layer, Schema, Scope } from "effect"
+import { Deferred, Effect, Exit, Fiber, Layer, Schema, Scope } from "effect"
 import * as Consumer from "../src/Consumer.js"
 import type { DurableProducerQueueService } from "../src/DurableQueue/DurableProducerQueue.js"
 import type { DurableWorkQueueService } from "../src/DurableQueue/DurableWorkQueue.js"
@@ -62,6 +62,34 @@ describe("graceful shutdown", () => {
     Effect.gen(function*() {
       const queue = yield* MemoryProducerQueue.make
       expect((yield* runOnce(pointToPoint, queue)).length).toBe(200)
+      expect(yield* restart(pointToPoint, queue)).toEqual([])
+    }))
+
+  it.scoped("point-to-point: a handler still working at shutdown finishes and is confirmed; the restart redelivers nothing", () =>
+    Effect.gen(function*() {
+      const queue = yield* MemoryProducerQueue.make
+      const gate = yield* Deferred.make<void>()
+      const started: Array<number> = []
+      const done: Array<number> = []
+      const scope = yield* Scope.make()
+      const producer = yield* Effect.gen(function*() {
+        const producer = yield* Producer.make({ name: "p", consumer: "c", payload: Order, durableQueue: queue })
+        const consumer = yield* Consumer.make({ name: "c", producer: "p", payload: Order })
+        yield* Effect.forkScoped(consumer.run((delivery) =>
+          Effect.zipRight(
+            Effect.sync(() => void started.push(delivery.payload.id)),
+            Effect.zipRight(delivery.payload.id === 9 ? Deferred.await(gate) : Effect.void, Effect.sync(() => void done.push(delivery.payload.id)))
+          )))
+        return producer
+      }).pipe(Scope.extend(scope), Effect.provide(system))
+      yield* producer.sendAll(Array.from({ length: 10 }, (_, id) => ({ payload: { id }, messageId: `order-${id}` })))
+      yield* advanceUntil(() => started.includes(9), 10, 10_000)
+      // Shut down while the last handler still works; it finishes during the drain.
+      const closing = yield* Effect.fork(Scope.close(scope, Exit.void))
+      yield* Effect.yieldNow()
+      yield* Deferred.succeed(gate, undefined)
+      yield* Fiber.join(closing)
+      expect(done).toEqual(Array.from({ length: 10 }, (_, id) => id))
       expect(yield* restart(pointToPoint, queue)).toEqual([])
     }))
 

@@ -99,7 +99,7 @@ describe("lendPayloads", () => {
     )
   }
 
-  it.scoped("a lent payload stays as it is until confirmed, through redeliveries, while later messages wait", () =>
+  it.scoped("a lent payload stays as it is until confirmed, however long it is held, while later messages wait", () =>
     Effect.gen(function*() {
       const producer = yield* Producer.make({ name: "p", consumer: "c", payload: Blob, chunkSize: 1024 })
       const consumer = yield* Consumer.make({ name: "c", producer: "p", payload: Blob, window: 8, resendInterval: "200 millis", lendPayloads: true })
@@ -112,11 +112,10 @@ describe("lendPayloads", () => {
         yield* advanceUntil(() => Effect.runSync(Queue.size(deliveries)) > 0, 50, 5_000)
         const held = yield* Queue.take(deliveries)
         expect(held.messageId).toBe(`m${salt}`)
-        // Held over several resend intervals: the message is handed out again, the bytes do not change.
-        yield* advanceUntil(() => Effect.runSync(Queue.size(deliveries)) >= 2, 50, 5_000)
+        // Held over several resend intervals: nothing is handed out meanwhile, the bytes do not change.
+        yield* advanceUntil(() => false, 50, 1_000).pipe(Effect.ignore)
+        expect(Effect.runSync(Queue.size(deliveries))).toBe(0)
         expect(sameBytes(held.payload, blob(3000, salt))).toBe(true)
-        const redelivered = yield* Queue.takeAll(deliveries)
-        for (const again of redelivered) expect([again.messageId, sameBytes(again.payload, blob(3000, salt))]).toEqual([`m${salt}`, true])
         yield* held.confirm
       }
     }).pipe(Effect.provide(memory())))

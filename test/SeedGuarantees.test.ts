@@ -197,7 +197,8 @@ describe("work-pulling: requeueing after a worker loss", () => {
       const watched = spyWork(yield* MemoryWorkQueue.make)
       const producer = yield* WorkPulling.producer({ name: "dispatcher", payload: Order, durableWorkQueue: watched.queue })
       const lostScope = yield* Scope.make()
-      const holder = yield* WorkPulling.worker({ name: "holder", producer: "dispatcher", payload: Order, window: 3 }).pipe(Scope.extend(lostScope))
+      // A lost worker: its scope closes at once, without waiting for its handler.
+      const holder = yield* WorkPulling.worker({ name: "holder", producer: "dispatcher", payload: Order, window: 3, drainTimeout: 0 }).pipe(Scope.extend(lostScope))
       yield* Effect.forkIn(holder.run(() => Effect.never), lostScope)
       const ids = ["job-0", "job-1", "job-2"]
       yield* Effect.forkScoped(producer.sendAll(ids.map((messageId, id) => ({ payload: { id }, messageId }))))

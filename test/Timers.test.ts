@@ -31,7 +31,7 @@ describe("timers", () => {
       expect(new Set(registrations.map((entry) => entry.envelope.message.nonce)).size).toBe(3)
     }).pipe(Effect.provide(layerRecording())))
 
-  it.scoped("a consumer with a silent producer re-registers on the first tick without traffic", () =>
+  it.scoped("a consumer with a silent producer asks again on the first tick without traffic; it registers again only with a new producer controller", () =>
     Effect.gen(function*() {
       const fake = yield* fakeEndpoint("p", "Producer", "c")
       yield* Consumer.make({ name: "c", producer: "p", payload: Payload, resendInterval: "1 second" })
@@ -40,11 +40,27 @@ describe("timers", () => {
       const consumer = registration.from
       yield* inject(fake.address, consumer, { _tag: "RegistrationAck", sessionId: "s1", nextSeq: 1, nonce: (registration.message as { nonce: string }).nonce })
       yield* settle
-      // Traffic since the last tick: the tick at 1s stays quiet; the tick at 2s re-registers.
+      // Traffic since the last tick: the tick at 1s stays quiet; the tick at 2s asks again for
+      // what it requested (a resend request) and finds the same producer controller.
       yield* advanceTo(1000)
-      expect((yield* recorded("RegisterConsumer")).length).toBe(1)
+      const resendRequests = Effect.map(recorded("Request"), (list) => list.filter((entry) => entry.envelope.message.viaTimeout && entry.at > 0).map((entry) => entry.at))
+      expect(yield* resendRequests).toEqual([])
       yield* advanceTo(2000)
-      expect((yield* recorded("RegisterConsumer")).map((entry) => entry.at)).toEqual([0, 2000])
+      expect(yield* resendRequests).toEqual([2000])
+      expect((yield* recorded("RegisterConsumer")).map((entry) => entry.at)).toEqual([0])
+    }).pipe(Effect.provide(layerRecording())))
+
+  it.scoped("a quiet, healthy flow registers once in 60 seconds, even while the consumer holds its only delivery", () =>
+    Effect.gen(function*() {
+      const producer = yield* Producer.make({ name: "p", consumer: "c", payload: Payload })
+      const consumer = yield* Consumer.make({ name: "c", producer: "p", payload: Payload })
+      const held: Array<number> = []
+      yield* Effect.forkScoped(Stream.runForEach(consumer.deliveries, (delivery) => Effect.sync(() => void held.push(delivery.payload.n))))
+      yield* producer.send({ n: 1 })
+      yield* advanceTo(60_000)
+      expect(held).toEqual([1])
+      expect((yield* recorded("RegisterConsumer")).length).toBe(1)
+      expect((yield* consumer.stats).registrations).toBe(1)
     }).pipe(Effect.provide(layerRecording())))
 
   it.scoped("a gap asks for a resend at once, then again each resend interval while it stays open", () =>
@@ -73,22 +89,18 @@ describe("timers", () => {
       expect(yield* timeouts()).toEqual([0, 100, 2000])
     }).pipe(Effect.provide(layerRecording())))
 
-  it.scoped("an unconfirmed delivery is delivered again after the resend interval, not before", () =>
+  it.scoped("a slow stream consumer is never handed a delivery again while it works on it: no redeliveries on a fault-free flow", () =>
     Effect.gen(function*() {
       const producer = yield* Producer.make({ name: "p", consumer: "c", payload: Payload })
       const consumer = yield* Consumer.make({ name: "c", producer: "p", payload: Payload, resendInterval: "1 second" })
       const seen: Array<number> = []
-      yield* Effect.forkScoped(Stream.runForEach(consumer.deliveries, (delivery) => Effect.sync(() => void seen.push(delivery.payload.n))))
-      yield* settle
-      yield* Effect.forkScoped(producer.send({ n: 7 }))
-      yield* settle
-      expect(seen).toEqual([7])
-      yield* advanceTo(999)
-      expect(seen).toEqual([7])
-      yield* advanceTo(1000)
-      expect(seen).toEqual([7, 7])
-      yield* advanceTo(2000)
-      expect(seen).toEqual([7, 7, 7])
+      // Three seconds per delivery against a one-second resend interval.
+      yield* Effect.forkScoped(Stream.runForEach(consumer.deliveries, (delivery) =>
+        Effect.zipRight(Effect.sleep("3 seconds"), Effect.zipRight(Effect.sync(() => void seen.push(delivery.payload.n)), delivery.confirm))))
+      yield* Effect.forkScoped(Effect.forEach([1, 2, 3, 4, 5], (n) => producer.send({ n }), { discard: true }))
+      yield* advanceTo(60_000)
+      expect(seen).toEqual([1, 2, 3, 4, 5])
+      expect((yield* consumer.stats).redelivered).toBe(0)
     }).pipe(Effect.provide(layerRecording())))
 
   it.scoped("an unanswered RequestNext is offered again with the same token after the retry interval, not before", () =>

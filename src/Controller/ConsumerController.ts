@@ -20,6 +20,8 @@ import * as WireInput from "./internal/WireInput.js"
 
 export interface ConsumerSettings {
   readonly endpoint: string
+  /** What this endpoint is: a point-to-point consumer or a worker. */
+  readonly kind: EndpointRecord["kind"]
   readonly producer: string
   readonly window: number
   readonly resendInterval: Duration.Duration
@@ -32,9 +34,10 @@ export interface ConsumerSettings {
 }
 
 export interface ConsumerHooks<A> {
+  /** Hands a delivery to the endpoint, which holds it until it confirms or releases it. */
   readonly deliver: (delivery: Delivery<A>) => void
-  /** True while a `run` handler is working on a delivery (no re-delivery then). */
-  readonly handlerBusy: () => boolean
+  /** A delivery handed out was confirmed or given back, once (a shutdown may be waiting for it). */
+  readonly settled: () => void
   readonly stopped: (outcome: StopOutcome) => void
 }
 
@@ -49,6 +52,12 @@ export interface ConsumerStats {
 export interface ConsumerController {
   readonly address: ControllerAddress
   readonly running: () => boolean
+  /** Gives a delivery back unconfirmed (its handler was interrupted): it is handed out again. */
+  readonly release: (id: number) => void
+  /** Graceful shutdown: nothing more is handed out; true while a delivery is still held. */
+  readonly drain: () => boolean
+  /** True while a delivery is handed out and not confirmed. */
+  readonly holding: () => boolean
   readonly stats: () => ConsumerStats
 }
 
@@ -57,12 +66,14 @@ export interface ConsumerController {
  * confirms through `confirmNow` without allocating an effect per delivery.
  */
 class ControllerDelivery<A> implements Delivery<A> {
+  /** Confirmed or given back already: the endpoint stops counting it as held. */
+  settled = false
   constructor(
     readonly messageId: string,
     readonly seq: number,
     readonly payload: A,
-    private readonly controller: { readonly confirm: (id: number) => void },
-    private readonly id: number
+    private readonly controller: { readonly confirm: (id: number) => void; readonly settled: () => void },
+    readonly id: number
   ) {}
 
   get confirm(): Effect.Effect<void> {
@@ -70,7 +81,14 @@ class ControllerDelivery<A> implements Delivery<A> {
   }
 
   confirmNow(): void {
+    this.settle()
     this.controller.confirm(this.id)
+  }
+
+  settle(): void {
+    if (this.settled) return
+    this.settled = true
+    this.controller.settled()
   }
 }
 
@@ -78,6 +96,13 @@ class ControllerDelivery<A> implements Delivery<A> {
 export const confirmNow = <A>(delivery: Delivery<A>): void => {
   if (delivery instanceof ControllerDelivery) delivery.confirmNow()
   else Effect.runSync(delivery.confirm)
+}
+
+/** Marks a delivery as no longer held (given back), returning the id the controller knows it by. */
+export const settle = <A>(delivery: Delivery<A>): number | undefined => {
+  if (!(delivery instanceof ControllerDelivery)) return undefined
+  delivery.settle()
+  return delivery.id
 }
 
 /** The producer's live controller, if its record is the kind we expect and names us. */
@@ -128,7 +153,10 @@ export const make = <A>(
       hooks.deliver(new ControllerDelivery(inFlight.messageId, inFlight.seq, decoded.right, confirmer, inFlight.id))
     }
 
-    const confirmer = { confirm: (id: number) => dispatch({ _tag: "Confirm", id, now: now() }) }
+    const confirmer = {
+      confirm: (id: number) => dispatch({ _tag: "Confirm", id, now: now() }),
+      settled: hooks.settled
+    }
 
     const perform = (actions: ReadonlyArray<Machine.ConsumerAction>) => {
       let envelopes: Array<Envelope> | undefined
@@ -176,9 +204,19 @@ export const make = <A>(
 
     yield* WireInput.attach(system.transport, address, WireInput.fromProducer, dispatch, counters, now)
     yield* Effect.forkScoped(Effect.schedule(
-      Effect.sync(() => dispatch({ _tag: "Tick", now: now(), handlerBusy: hooks.handlerBusy() })),
+      Effect.sync(() => dispatch({ _tag: "Tick", now: now() })),
       Schedule.spaced(settings.resendInterval)
     ))
 
-    return { address, running: () => !stopped, stats: () => ({ ...counters }) }
+    return {
+      address,
+      running: () => !stopped,
+      release: (id) => dispatch({ _tag: "Release", id, now: now() }),
+      drain: () => {
+        dispatch({ _tag: "Drain" })
+        return state.inFlight !== undefined
+      },
+      holding: () => state.inFlight !== undefined,
+      stats: () => ({ ...counters })
+    }
   })

@@ -1,8 +1,10 @@
 /**
  * The consumer controller as a pure state machine. It registers with the producer controller,
  * asks for demand one window at a time, buffers what arrives out of order, gathers chunk runs,
- * hands exactly one unconfirmed delivery at a time to the endpoint, and on each tick
- * re-registers, re-delivers or re-requests as needed.
+ * and hands exactly one unconfirmed delivery at a time to the endpoint, which holds it until it
+ * confirms it or gives it back (its handler was interrupted: the delivery is handed out again at
+ * once). On each tick of a silent flow it looks its producer up (registering again only when the
+ * producer's controller changed) and asks again for what it may have lost; it re-requests gaps.
  *
  * Like the producer machine, `step` copies the state once into a draft that the rules update;
  * its input is never mutated.
@@ -59,13 +61,21 @@ export interface ConsumerState {
   /** Valid producer traffic arrived since the last tick. */
   readonly heard: boolean
   readonly lastGapRequestAt: number
+  /** Shutting down: the delivery in flight may finish, nothing more is handed out. */
+  readonly draining: boolean
+  /** The confirmed seq the producer was last told (in a Request or an Ack). */
+  readonly reportedSeq: number
 }
 
 export type ConsumerEvent =
   | { readonly _tag: "Wire"; readonly from: ControllerAddress; readonly message: ProducerToConsumer; readonly now: number }
   | { readonly _tag: "Resolved"; readonly producer: ControllerAddress | undefined; readonly now: number }
   | { readonly _tag: "Confirm"; readonly id: number; readonly now: number }
-  | { readonly _tag: "Tick"; readonly now: number; readonly handlerBusy: boolean }
+  /** The endpoint gives a delivery back unconfirmed (its handler was interrupted). */
+  | { readonly _tag: "Release"; readonly id: number; readonly now: number }
+  /** Graceful shutdown: hand nothing more out. */
+  | { readonly _tag: "Drain" }
+  | { readonly _tag: "Tick"; readonly now: number }
   | { readonly _tag: "Fail"; readonly stage: ReliableDeliveryStage; readonly cause: unknown }
 
 export type ConsumerAction =
@@ -107,6 +117,8 @@ class StateDraft implements Draft {
   deliveries: number
   heard: boolean
   lastGapRequestAt: number
+  draining: boolean
+  reportedSeq: number
   constructor(from: ConsumerState) {
     this.config = from.config
     this.phase = from.phase
@@ -122,6 +134,8 @@ class StateDraft implements Draft {
     this.deliveries = from.deliveries
     this.heard = from.heard
     this.lastGapRequestAt = from.lastGapRequestAt
+    this.draining = from.draining
+    this.reportedSeq = from.reportedSeq
   }
 }
 
@@ -141,7 +155,9 @@ export const initial = (config: ConsumerConfig): Step => ({
     runChecked: 0,
     deliveries: 0,
     heard: false,
-    lastGapRequestAt: Number.NEGATIVE_INFINITY
+    lastGapRequestAt: Number.NEGATIVE_INFINITY,
+    draining: false,
+    reportedSeq: 0
   }),
   actions: [{ _tag: "Resolve" }]
 })
@@ -161,8 +177,14 @@ export const step = (state: ConsumerState, event: ConsumerEvent): Step => {
     case "Confirm":
       onConfirm(s, event.id, event.now, out)
       break
+    case "Release":
+      onRelease(s, event.id, event.now, out)
+      break
+    case "Drain":
+      s.draining = true
+      break
     case "Tick":
-      onTick(s, event.now, event.handlerBusy, out)
+      onTick(s, event.now, out)
       break
     case "Fail":
       fail(s, event.stage, event.cause, out)
@@ -179,9 +201,13 @@ const fail = (s: Draft, stage: ReliableDeliveryStage, cause: unknown, out: Out):
 const violation = (s: Draft, message: string, out: Out): void =>
   fail(s, "Protocol", new ProtocolViolation({ message: `consumer ${s.config.endpoint}: ${message}` }), out)
 
-/** Registers with the resolved producer controller under a fresh nonce. */
+/**
+ * Registers with the resolved producer controller under a fresh nonce, unless that controller
+ * is the one this consumer's session is with already (a quiet producer that still lives).
+ */
 const onResolved = (s: Draft, producer: ControllerAddress | undefined, out: Out): void => {
   if (producer === undefined) return
+  if (s.session !== undefined && sameAddress(s.session.producer, producer)) return
   s.registrations++
   const nonce = `${s.config.incarnation}.${s.registrations}`
   s.registration = { producer, nonce }
@@ -214,21 +240,29 @@ const onRegistrationAck = (s: Draft, from: ControllerAddress, ack: RegistrationA
   out.push({ _tag: "Send", to: from, message: request(s, session, s.requestedUpTo, true) })
 }
 
-const request = (s: Draft, session: Session, upTo: number, viaTimeout: boolean): ConsumerToProducer => ({
-  _tag: "Request",
-  sessionId: session.sessionId,
-  nonce: session.nonce,
-  confirmedSeq: s.confirmedSeq,
-  requestUpToSeq: upTo,
-  viaTimeout
-})
+/** A Request to send now (it tells the producer the confirmed seq). */
+const request = (s: Draft, session: Session, upTo: number, viaTimeout: boolean): ConsumerToProducer => {
+  s.reportedSeq = s.confirmedSeq
+  return {
+    _tag: "Request",
+    sessionId: session.sessionId,
+    nonce: session.nonce,
+    confirmedSeq: s.confirmedSeq,
+    requestUpToSeq: upTo,
+    viaTimeout
+  }
+}
 
-const ack = (s: Draft, session: Session): ConsumerToProducer => ({
-  _tag: "Ack",
-  sessionId: session.sessionId,
-  nonce: session.nonce,
-  confirmedSeq: s.confirmedSeq
-})
+/** An Ack to send now. */
+const ack = (s: Draft, session: Session): ConsumerToProducer => {
+  s.reportedSeq = s.confirmedSeq
+  return {
+    _tag: "Ack",
+    sessionId: session.sessionId,
+    nonce: session.nonce,
+    confirmedSeq: s.confirmedSeq
+  }
+}
 
 const onSequenced = (s: Draft, from: ControllerAddress, message: SequencedMessage, now: number, out: Out): void => {
   const session = s.session
@@ -284,7 +318,7 @@ const requestGap = (s: Draft, session: Session, now: number, out: Out): void => 
  * the rest of the message could otherwise wait forever.
  */
 const deliverNext = (s: Draft, now: number, out: Out): void => {
-  if (s.inFlight !== undefined) return
+  if (s.inFlight !== undefined || s.draining) return
   const head = s.received.first
   if (head === undefined) return
   if (head.chunk === undefined) return handOut(s, head.messageId, head.seq, 1, now, out)
@@ -364,18 +398,32 @@ const onConfirm = (s: Draft, id: number, now: number, out: Out): void => {
   deliverNext(s, now, out)
 }
 
-/**
- * The tick: re-register when there is no session or the producer went silent; re-deliver a
- * delivery unconfirmed for a whole interval (unless the handler is still working on it);
- * re-request an open gap.
- */
-const onTick = (s: Draft, now: number, handlerBusy: boolean, out: Out): void => {
-  if (s.session === undefined || !s.heard) out.push({ _tag: "Resolve" })
-  s.heard = false
+/** The endpoint gave the delivery in flight back: it is handed out again at once (a redelivery). */
+const onRelease = (s: Draft, id: number, now: number, out: Out): void => {
   const inFlight = s.inFlight
-  if (inFlight !== undefined && !handlerBusy && now - inFlight.deliveredAt >= s.config.resendIntervalMs) {
-    s.inFlight = { ...inFlight, deliveredAt: now }
-    out.push(deliver(s, s.inFlight, true))
+  if (inFlight === undefined || inFlight.id !== id || s.draining) return
+  s.inFlight = { ...inFlight, deliveredAt: now }
+  out.push(deliver(s, s.inFlight, true))
+}
+
+/**
+ * The tick: with no session, look the producer up to register. When the producer was silent
+ * since the previous tick, look it up again (a new controller means registering anew) and, unless
+ * this consumer holds a delivery with more complete messages behind it to work through, ask again
+ * for everything it requested: what was lost in flight is resent. Confirmations the producer was
+ * not told of yet are reported. A delivery the endpoint holds is never handed out again here,
+ * however long its handler takes. An open gap is re-requested.
+ */
+const onTick = (s: Draft, now: number, out: Out): void => {
+  const session = s.session
+  if (session === undefined || !s.heard) out.push({ _tag: "Resolve" })
+  if (session !== undefined && !s.heard && s.parked.length === 0 && (s.inFlight === undefined || s.received.length <= s.inFlight.count)) {
+    out.push({ _tag: "Send", to: session.producer, message: request(s, session, s.requestedUpTo, true) })
+  } else if (session !== undefined && s.confirmedSeq > s.reportedSeq) {
+    // Confirmations made while working through a backlog are not sent one by one: the tick
+    // reports them, so the producer learns of them (and drops what is done) within an interval.
+    out.push({ _tag: "Send", to: session.producer, message: ack(s, session) })
   }
-  if (s.session !== undefined && s.parked.length > 0) requestGap(s, s.session, now, out)
+  s.heard = false
+  if (session !== undefined && s.parked.length > 0) requestGap(s, session, now, out)
 }

@@ -318,10 +318,16 @@ const onVerified = (s: Draft, address: ControllerAddress, nonce: string, ok: boo
   })
 }
 
-/** Only the current registration of the current session may confirm or grant demand. */
-const staleReason = (s: Draft, from: ControllerAddress, sessionId: string, nonce: string): DropReason | undefined => {
+/**
+ * Only the bound consumer controller, in the current session, may confirm or grant demand. Which
+ * of its registrations (nonce) a message names does not matter: it is the same verified
+ * controller, and confirmations and demand only ever grow, so an older message changes nothing.
+ * (A registration duplicated or delayed in flight can rebind to an older nonce; requiring the
+ * nonce would then drop every later message of the consumer.)
+ */
+const staleReason = (s: Draft, from: ControllerAddress, sessionId: string): DropReason | undefined => {
   if (sessionId !== s.config.sessionId) return "StaleSession"
-  if (s.binding === undefined || s.binding.nonce !== nonce || !sameAddress(s.binding.address, from)) return "UnboundSender"
+  if (s.binding === undefined || !sameAddress(s.binding.address, from)) return "UnboundSender"
   return undefined
 }
 
@@ -344,7 +350,7 @@ const midMessage = (s: Draft, confirmedSeq: number): ProtocolViolation | undefin
 const checkDemand = (s: Draft, request: Request) => demandViolation(`consumer ${s.config.consumer}`, request)
 
 const onRequest = (s: Draft, from: ControllerAddress, request: Request, now: number, out: Out): void => {
-  const stale = staleReason(s, from, request.sessionId, request.nonce)
+  const stale = staleReason(s, from, request.sessionId)
   if (stale !== undefined) return dropped(stale, out)
   const violation = checkConfirmation(s, request.confirmedSeq) ?? checkDemand(s, request)
   if (violation !== undefined) return fail(s, "Protocol", violation, out)
@@ -356,7 +362,7 @@ const onRequest = (s: Draft, from: ControllerAddress, request: Request, now: num
 }
 
 const onAck = (s: Draft, from: ControllerAddress, ack: Ack, now: number, out: Out): void => {
-  const stale = staleReason(s, from, ack.sessionId, ack.nonce)
+  const stale = staleReason(s, from, ack.sessionId)
   if (stale !== undefined) return dropped(stale, out)
   const violation = checkConfirmation(s, ack.confirmedSeq)
   if (violation !== undefined) return fail(s, "Protocol", violation, out)

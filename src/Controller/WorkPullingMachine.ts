@@ -441,19 +441,16 @@ const onAudited = (s: Draft, address: ControllerAddress, live: boolean, now: num
 }
 
 /** The binding a Request or Ack may act on: the current registration of the current sub-flow. */
-const boundIndex = (s: Draft, from: ControllerAddress, sessionId: string, nonce: string, out: Out): number => {
+const boundIndex = (s: Draft, from: ControllerAddress, sessionId: string, out: Out): number => {
   const index = indexOf(s, from)
   if (index < 0 || !sameAddress(s.bindings[index].address, from)) {
     dropped("UnboundSender", out)
     return -1
   }
   const binding = s.bindings[index]
+  // Any of the bound controller's registrations (nonces) will do, as for point-to-point.
   if (binding.sessionId !== sessionId) {
     dropped("StaleSession", out)
-    return -1
-  }
-  if (binding.nonce !== nonce) {
-    dropped("UnboundSender", out)
     return -1
   }
   return index
@@ -469,7 +466,7 @@ const violated = (s: Draft, index: number, violation: ProtocolViolation, now: nu
 }
 
 const onRequest = (s: Draft, from: ControllerAddress, request: Request, now: number, out: Out): void => {
-  const index = boundIndex(s, from, request.sessionId, request.nonce, out)
+  const index = boundIndex(s, from, request.sessionId, out)
   if (index < 0) return
   const worker = `worker ${from.endpoint}`
   const violation = confirmationViolation(worker, request.confirmedSeq, lastSeqOf(s.bindings[index])) ??
@@ -485,7 +482,7 @@ const onRequest = (s: Draft, from: ControllerAddress, request: Request, now: num
 
 /** An Ack confirms without new demand, so nothing can be dispatched or granted because of it. */
 const onAck = (s: Draft, from: ControllerAddress, ack: Ack, now: number, out: Out): void => {
-  const index = boundIndex(s, from, ack.sessionId, ack.nonce, out)
+  const index = boundIndex(s, from, ack.sessionId, out)
   if (index < 0) return
   const violation = confirmationViolation(`worker ${from.endpoint}`, ack.confirmedSeq, lastSeqOf(s.bindings[index]))
   if (violation !== undefined) return violated(s, index, violation, now, out)

@@ -101,6 +101,17 @@ export const checkQueueRetry = (
   )
 }
 
+/** A graceful shutdown's bound: any finite duration, 0 for none (close at once). */
+export const checkDrainTimeout = (value: Duration.DurationInput | undefined): Effect.Effect<Duration.Duration, ReliableConfigError> => {
+  if (value === undefined) return Effect.succeed(DefaultDrainTimeout)
+  const decoded = Duration.decodeUnknown(value)
+  if (decoded._tag === "None") return fail("drainTimeout", `drainTimeout is not a duration: ${String(value)}`)
+  const millis = Duration.toMillis(decoded.value)
+  return Number.isFinite(millis) && millis >= 0
+    ? Effect.succeed(decoded.value)
+    : fail("drainTimeout", `drainTimeout must be a finite duration (0 for none), got ${Duration.format(decoded.value)}`)
+}
+
 /** The queue policy: retries before a restart, the call timeout, and the reload backoff. */
 export const checkQueuePolicy = (options: {
   readonly queueRetry?: QueueRetry | undefined

@@ -144,6 +144,10 @@ export const make = <A, C extends EndpointController<A>>(
         })
     })
 
+    // Added after the lifecycle, so it runs before the controller is closed: a graceful shutdown
+    // lets the durable lane finish what it holds.
+    yield* Effect.addFinalizer(() => Effect.suspend(() => lifecycle.current()?.drain ?? Effect.void))
+
     const controllerOf = (grant: RequestNext): C | undefined => {
       const controller = lifecycle.current()
       return controller !== undefined && controller.address.incarnation === grant.controller ? controller : undefined

@@ -43,7 +43,7 @@ const message = (seq: number, options: { id?: string; chunk?: ChunkMark; session
   now: options.now ?? 0
 })
 const confirm = (state: ConsumerState, now = 0): ConsumerEvent => ({ _tag: "Confirm", id: state.inFlight!.id, now })
-const tick = (now: number, handlerBusy = false): ConsumerEvent => ({ _tag: "Tick", now, handlerBusy })
+const tick = (now: number): ConsumerEvent => ({ _tag: "Tick", now })
 
 /** A consumer registered in session s1 from seq 1, with the given window. */
 const registered = (window = 4, resendIntervalMs = 1000) =>
@@ -187,22 +187,58 @@ describe("ConsumerMachine", () => {
       expect(run(state, tick(1000)).actions).toEqual([{ _tag: "Resolve" }])
     })
 
-    it("re-registers only when the producer was silent since the previous tick", () => {
+    it("looks the producer up again only when it was silent since the previous tick", () => {
       let state = registered()
       const heard = run(state, tick(1000))
       expect(heard.actions).toEqual([])
       state = heard.state
-      expect(run(state, tick(2000)).actions).toEqual([{ _tag: "Resolve" }])
+      expect(tags(run(state, tick(2000)).actions)).toContain("Resolve")
     })
 
-    it("re-delivers the delivery in flight after a full resend interval, not before, and not while the handler is busy", () => {
-      const state = run(registered(4, 1000), message(1, { now: 100 })).state
-      expect(tags(run(state, tick(1099)).actions)).not.toContain("Deliver")
-      expect(tags(run(state, tick(1100, true)).actions)).not.toContain("Deliver")
-      const again = run(state, tick(1100))
-      expect(again.actions.filter((action) => action._tag === "Deliver")).toMatchObject([
-        { _tag: "Deliver", redelivery: true, delivery: { seq: 1, id: state.inFlight!.id } }
+    it("a silent producer that still lives is not registered with again; a new controller is", () => {
+      const state = run(registered(), tick(1000)).state
+      const silent = run(state, tick(2000))
+      const same = run(silent.state, { _tag: "Resolved", producer, now: 2000 })
+      expect(sentMessages(same.actions)).toEqual([])
+      expect(same.state.registrations).toBe(state.registrations)
+      const moved = run(silent.state, { _tag: "Resolved", producer: producer2, now: 2000 })
+      expect(sentMessages(moved.actions)).toMatchObject([{ _tag: "RegisterConsumer" }])
+    })
+
+    it("on a silent tick with nothing left to work through, asks again for everything it requested", () => {
+      const state = run(registered(4), tick(1000)).state
+      expect(sentMessages(run(state, tick(2000)).actions)).toEqual([
+        { _tag: "Request", sessionId: "s1", nonce: "c1.1", confirmedSeq: 0, requestUpToSeq: 4, viaTimeout: true }
       ])
+      // With received messages still to work through, silence is expected: nothing is asked.
+      const busy = run(registered(4), message(1), message(2), tick(1000)).state
+      expect(sentMessages(run(busy, tick(2000)).actions)).toEqual([])
+    })
+
+    it("never hands out again a delivery the endpoint holds, however long it takes", () => {
+      let state = run(registered(4, 1000), message(1, { now: 100 })).state
+      for (let now = 1000; now <= 60_000; now += 1000) {
+        const ticked = run(state, tick(now))
+        expect(tags(ticked.actions)).not.toContain("Deliver")
+        state = ticked.state
+      }
+    })
+
+    it("a delivery given back is handed out again at once, as a redelivery; not while draining", () => {
+      const state = run(registered(4, 1000), message(1, { now: 100 })).state
+      const id = state.inFlight!.id
+      const again = run(state, { _tag: "Release", id, now: 200 })
+      expect(again.actions.filter((action) => action._tag === "Deliver")).toMatchObject([
+        { _tag: "Deliver", redelivery: true, delivery: { seq: 1, id } }
+      ])
+      const draining = run(state, { _tag: "Drain" }, { _tag: "Release", id, now: 200 })
+      expect(tags(draining.actions)).not.toContain("Deliver")
+    })
+
+    it("draining hands nothing more out once the delivery in flight is confirmed", () => {
+      const state = run(registered(4), message(1), message(2), { _tag: "Drain" }).state
+      const confirmed = run(state, confirm(state))
+      expect(tags(confirmed.actions)).not.toContain("Deliver")
     })
 
     it("re-requests an open gap", () => {
@@ -321,7 +357,7 @@ describe("ConsumerMachine", () => {
     it("a chunked message is handed out as its received chunks, in order, again on a redelivery", () => {
       const handed = run(registered(4, 1000), message(1, { id: "big", chunk: first }), message(2, { id: "big", chunk: last }))
       const original = handed.actions.find((action) => action._tag === "Deliver") as Extract<ConsumerAction, { _tag: "Deliver" }>
-      const again = run(handed.state, tick(1000))
+      const again = run(handed.state, { _tag: "Release", id: handed.state.inFlight!.id, now: 1000 })
       const deliveries = again.actions.filter((action) => action._tag === "Deliver")
       expect(deliveries).toHaveLength(1)
       const redelivered = deliveries[0] as Extract<ConsumerAction, { _tag: "Deliver" }>

@@ -180,12 +180,16 @@ describe("ProducerMachine", () => {
   describe("stale and illegal consumer input", () => {
     it.each([
       ["another session", { sessionId: "old" }, "StaleSession"],
-      ["another nonce", { nonce: "n0" }, "UnboundSender"],
       ["another sender", { from: consumer2 }, "UnboundSender"]
     ] as const)("drops a Request from %s", (_, options, reason) => {
       const { actions, state } = run(bound(5), request(0, 9, options))
       expect(actions).toEqual([{ _tag: "Dropped", reason }])
       expect(state.demandUpTo).toBe(5)
+    })
+
+    it("takes a Request of the bound controller under another of its registrations (a delayed duplicate rebound it)", () => {
+      const { state } = run(bound(5), request(0, 9, { nonce: "n0" }))
+      expect(state.demandUpTo).toBe(9)
     })
 
     it.each([

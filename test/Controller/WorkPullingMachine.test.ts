@@ -260,12 +260,16 @@ describe("WorkPullingMachine", () => {
       ["an unbound sender", request(w2, 0, 5), "UnboundSender"],
       ["another incarnation of a bound worker", request(worker("w1", "w1-0"), 0, 5), "UnboundSender"],
       ["an earlier binding's session", request(w1, 0, 5, { session: "s1:0" }), "StaleSession"],
-      ["an earlier controller's session", request(w1, 0, 5, { session: "s0:1" }), "StaleSession"],
-      ["an old registration nonce", request(w1, 0, 5, { nonce: "w1-n0" }), "UnboundSender"]
+      ["an earlier controller's session", request(w1, 0, 5, { session: "s0:1" }), "StaleSession"]
     ] as const)("drops a Request from %s", (_, event, reason) => {
       const { actions, state } = run(withWorkers(2, [w1]), event)
       expect(actions).toEqual([{ _tag: "Dropped", reason }])
       expect(state.bindings[0].demandUpTo).toBe(2)
+    })
+
+    it("takes a Request of a bound worker under another of its registrations", () => {
+      const { state } = run(withWorkers(2, [w1]), request(w1, 0, 5, { nonce: "w1-n0" }))
+      expect(state.bindings[0].demandUpTo).toBe(5)
     })
   })
 

@@ -14,6 +14,7 @@
  */
 import { Effect, FiberSet } from "effect"
 import type { Duration, Either, Fiber, Scope } from "effect"
+import { drainWithin } from "../../internal/DrainBound.js"
 import type { HealthReporter } from "../../internal/EndpointHealth.js"
 import type { StopOutcome } from "../../internal/StopOutcome.js"
 import type { SystemInternals } from "../../ReliableSystem.js"
@@ -147,6 +148,8 @@ export interface ProducerSide<A> {
   readonly submit: ProducerCalls.Calls<A>["submit"]
   /** The handshake as it stands (the everyday `send` path recovers abandoned handshakes with it). */
   readonly handshake: () => Handshake
+  /** Graceful shutdown: refuses calls and lets the durable lane finish what it holds (bounded). */
+  readonly drain: Effect.Effect<void>
   /** Messages the consumer side's free demand is worth (with chunking, an estimate). */
   readonly freeDemand: () => number
 }
@@ -264,16 +267,23 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
     // Closing the scope ends the controller and releases every waiting caller. A call made after
     // that (a fiber that took this controller's grant just before the respawn) must be refused at
     // once: folded, it would start a store no fiber runs any more and wait for it forever.
-    // Closing drains first (graceful shutdown): the store in flight completes and every
-    // confirmation received so far is written, so a clean restart redelivers nothing confirmed.
     yield* Effect.addFinalizer(() =>
-      Effect.gen(function*() {
-        closing = true
-        if (lane !== undefined && !finished()) yield* Effect.ignore(Effect.timeout(lane.drain, options.drainTimeout))
+      Effect.sync(() => {
         closed = true
         calls.abandon()
       })
     )
+
+    /**
+     * Graceful shutdown, before the endpoint closes the controller (not on a respawn or a
+     * restart, which replace it at once): calls are refused from now on, the store in flight
+     * completes and every confirmation received so far is written, so a clean restart
+     * redelivers nothing that was confirmed.
+     */
+    const drain = Effect.suspend(() => {
+      closing = true
+      return lane === undefined || finished() ? Effect.void : drainWithin(options.drainTimeout, lane.drain)
+    })
 
     const started = options.initial(now())
     state = started.state
@@ -299,6 +309,7 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
       handshake: () => machine.handshake(state),
       freeDemand: () => machine.freeDemand(state),
       state: () => state,
-      wakeTimer: timer.wake
+      wakeTimer: timer.wake,
+      drain
     }
   })

@@ -116,7 +116,7 @@ export const crossNode = (jobs: number, window = 250): Effect.Effect<Row, unknow
         Layer.provide(Layer.succeedContext(client))
       )
     )
-    const queue = yield* Effect.provide(SqlWorkQueue.make({ queueName: "bench-cluster", tablePrefix: prefix }), client)
+    const queue = yield* Effect.provide(SqlWorkQueue.makeWorkSql({ queueName: "bench-cluster", tablePrefix: prefix }), client)
     const producer = yield* Effect.provide(WorkPulling.producer({ name: "bench-dispatcher", payload: BenchJob, durableWorkQueue: queue }), member)
     workers.forEach((worker, index) => worker.send(`WORKER bench-worker-${index} bench-dispatcher`))
     const stats = Effect.provide(WorkPulling.stats("bench-dispatcher"), member)

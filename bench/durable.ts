@@ -21,7 +21,7 @@ const Order = Schema.Struct({ orderId: Schema.Number, customer: Schema.String })
 
 const flow = (messages: number, window: number, batch: number, tablePrefix: string) =>
   Effect.gen(function*() {
-    const queue = yield* SqlProducerQueue.make({ queueName: "bench", tablePrefix })
+    const queue = yield* SqlProducerQueue.makeSql({ queueName: "bench", tablePrefix })
     const producer = yield* Producer.make({ name: "bench-out", consumer: "bench-in", payload: Order, durableQueue: queue })
     const consumer = yield* Consumer.make({ name: "bench-in", producer: "bench-out", payload: Order, window })
     const done = yield* Deferred.make<void>()

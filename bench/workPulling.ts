@@ -66,7 +66,7 @@ const withPgQueue = <A, E>(use: (queue: DurableWorkQueueService) => Effect.Effec
     yield* Effect.addFinalizer(() =>
       Effect.ignore(Effect.forEach(["work_entries", "work_queues", "migrations"], (table) => sql`DROP TABLE IF EXISTS ${sql(`${tablePrefix}${table}`)}`))
     )
-    const queue = yield* Effect.provide(SqlWorkQueue.make({ queueName: `bench-${suffix}`, tablePrefix }), context)
+    const queue = yield* Effect.provide(SqlWorkQueue.makeWorkSql({ queueName: `bench-${suffix}`, tablePrefix }), context)
     return yield* use(queue)
   }).pipe(Effect.scoped)
 

@@ -70,7 +70,7 @@ describe("a producer-side controller whose scope has closed", () => {
         deliveryConfirmation: false,
         retryInterval: Duration.millis(100),
         chunkSize: undefined,
-        durableQueue: yield* MemoryProducerQueue.make,
+        durableQueue: yield* MemoryProducerQueue.makeMemory,
         queueRetry
       }, codec, system, keepGrants(offered)).pipe(Scope.extend(scope))
       yield* publish("p", "Producer", "c", controller.address)
@@ -87,7 +87,7 @@ describe("a producer-side controller whose scope has closed", () => {
         endpoint: "jobs",
         deliveryConfirmation: false,
         retryInterval: Duration.millis(100),
-        durableQueue: yield* MemoryWorkQueue.make,
+        durableQueue: yield* MemoryWorkQueue.makeWorkMemory,
         queueRetry
       }, codec, system, keepGrants(offered)).pipe(Scope.extend(scope))
       yield* publish("jobs", "WorkProducer", undefined, controller.address)

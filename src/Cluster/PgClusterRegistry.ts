@@ -207,7 +207,7 @@ const wrap = (operation: string) => <A>(effect: Effect.Effect<A, SqlError>): Eff
   Effect.mapError(effect, (cause) => new ClusterRegistryError({ operation, cause }))
 
 /** Builds the registry on the `SqlClient` in context (PostgreSQL), running the migrations first. */
-export const make = (
+export const makePg = (
   options: PgClusterRegistryOptions = {}
 ): Effect.Effect<ClusterRegistryService, ClusterRegistryError, SqlClient> =>
   Effect.gen(function*() {
@@ -242,5 +242,5 @@ export const make = (
   })
 
 /** The PostgreSQL registry as a layer; its tables are created (if missing) when it is built. */
-export const layer = (options: PgClusterRegistryOptions = {}): Layer.Layer<ClusterRegistry, ClusterRegistryError, SqlClient> =>
-  Layer.effect(ClusterRegistry, make(options))
+export const layerPg = (options: PgClusterRegistryOptions = {}): Layer.Layer<ClusterRegistry, ClusterRegistryError, SqlClient> =>
+  Layer.effect(ClusterRegistry, makePg(options))

@@ -488,7 +488,7 @@ const confirm = (
 // ---- the service -----------------------------------------------------------------------------
 
 /** Builds a SQL producer queue named `options.queueName`, running the migrations first. */
-export const make = (
+export const makeSql = (
   options: SqlQueueOptions
 ): Effect.Effect<DurableProducerQueueService, QueueBackendError, SqlClient> =>
   Effect.gen(function*() {
@@ -516,6 +516,6 @@ export const make = (
   })
 
 /** The SQL producer queue as a layer; the tables are created (if missing) when it is built. */
-export const layer = (
+export const layerSql = (
   options: SqlQueueOptions
-): Layer.Layer<DurableProducerQueue, QueueBackendError, SqlClient> => Layer.effect(DurableProducerQueue, make(options))
+): Layer.Layer<DurableProducerQueue, QueueBackendError, SqlClient> => Layer.effect(DurableProducerQueue, makeSql(options))

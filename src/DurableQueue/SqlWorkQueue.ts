@@ -402,7 +402,7 @@ const advance = (
 // ---- the service -----------------------------------------------------------------------------
 
 /** Builds a SQL work queue named `options.queueName`, running the migrations first. */
-export const make = (
+export const makeWorkSql = (
   options: SqlQueueOptions
 ): Effect.Effect<DurableWorkQueueService, QueueBackendError, SqlClient> =>
   Effect.gen(function*() {
@@ -424,6 +424,6 @@ export const make = (
   })
 
 /** The SQL work queue as a layer; the tables are created (if missing) when it is built. */
-export const layer = (
+export const layerWorkSql = (
   options: SqlQueueOptions
-): Layer.Layer<DurableWorkQueue, QueueBackendError, SqlClient> => Layer.effect(DurableWorkQueue, make(options))
+): Layer.Layer<DurableWorkQueue, QueueBackendError, SqlClient> => Layer.effect(DurableWorkQueue, makeWorkSql(options))

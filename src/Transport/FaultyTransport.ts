@@ -151,7 +151,7 @@ export const make = (
   })
 
 /** Wraps whatever `Transport` is provided below it. */
-export const layerWrap = (options: FaultOptions): Layer.Layer<Transport | FaultInjector, never, Transport> =>
+export const layerWithFaults = (options: FaultOptions): Layer.Layer<Transport | FaultInjector, never, Transport> =>
   Layer.scopedContext(Effect.gen(function*() {
     const underlying = yield* Transport
     const { injector, transport } = yield* make(underlying, options)
@@ -160,4 +160,4 @@ export const layerWrap = (options: FaultOptions): Layer.Layer<Transport | FaultI
 
 /** The in-process memory transport with faults injected. */
 export const layerFaulty = (options: FaultOptions): Layer.Layer<Transport | FaultInjector> =>
-  layerWrap(options).pipe(Layer.provide(layerMemory))
+  layerWithFaults(options).pipe(Layer.provide(layerMemory))

@@ -397,7 +397,7 @@ const enqueue = (peer: Peer, sender: string, frame: EncodedFrame, config: Config
 }
 
 /** Binds `host:port` and serves until the scope closes. */
-export const make = (
+export const makeSocket = (
   options: SocketTransportOptions
 ): Effect.Effect<SocketTransportService, SocketTransportError, Scope.Scope> =>
   Effect.gen(function*() {
@@ -490,4 +490,4 @@ export const make = (
 
 /** The TCP transport as the `Transport` service, bound for the life of the layer. */
 export const layerSocket = (options: SocketTransportOptions): Layer.Layer<Transport, SocketTransportError> =>
-  Layer.scoped(Transport, make(options))
+  Layer.scoped(Transport, makeSocket(options))

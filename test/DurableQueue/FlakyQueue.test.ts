@@ -10,7 +10,7 @@ const bytes = (text: string) => new TextEncoder().encode(text)
 /** The fault of each of `count` stores through a flaky queue: "ok", "before" or "after". */
 const faultPattern = (seed: number, failureRate: number, count: number) =>
   Effect.gen(function*() {
-    const inner = yield* MemoryProducerQueue.make
+    const inner = yield* MemoryProducerQueue.makeMemory
     const queue = flakyProducerQueue(inner, { seed, failureRate, failLoad: false })
     const { epoch } = yield* queue.load
     const pattern: Array<string> = []
@@ -64,8 +64,8 @@ describe("FlakyQueue", () => {
           yield* retry(queue.storeChunked(epoch, "big", [bytes("1"), bytes("2")]))
           yield* retry(queue.acceptBatch(epoch, ["big"]))
         })
-      const reliable = yield* MemoryProducerQueue.make
-      const inner = yield* MemoryProducerQueue.make
+      const reliable = yield* MemoryProducerQueue.makeMemory
+      const inner = yield* MemoryProducerQueue.makeMemory
       yield* run(reliable)
       yield* run(flakyProducerQueue(inner, { seed, failureRate: 0.3, failLoad: false }))
       const expected = (yield* reliable.load).state
@@ -75,7 +75,7 @@ describe("FlakyQueue", () => {
 
   it.effect("a flaky work queue fails with QueueBackendError and keeps the inner queue consistent", () =>
     Effect.gen(function*() {
-      const inner = yield* MemoryWorkQueue.make
+      const inner = yield* MemoryWorkQueue.makeWorkMemory
       const queue = flakyWorkQueue(inner, { seed: 5, failureRate: 0.5 })
       const retry = <A, E extends { readonly _tag: string }>(effect: Effect.Effect<A, E>) =>
         Effect.retry(effect, { while: (error) => error._tag === "QueueBackendError", schedule: Schedule.recurs(50) })
@@ -94,7 +94,7 @@ describe("FlakyQueue", () => {
     }))
 
   it("rejects a failure rate outside [0, 1]", () => {
-    const inner = Effect.runSync(MemoryProducerQueue.make)
+    const inner = Effect.runSync(MemoryProducerQueue.makeMemory)
     expect(() => flakyProducerQueue(inner, { seed: 1, failureRate: 1.5 })).toThrow(RangeError)
     expect(() => flakyProducerQueue(inner, { seed: 1, failureRate: Number.NaN })).toThrow(RangeError)
   })

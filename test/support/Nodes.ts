@@ -33,7 +33,7 @@ export const startNode = (
   Effect.gen(function*() {
     const scope = yield* Effect.acquireRelease(Scope.make(), (scope) => Scope.close(scope, Exit.void))
     const socket = yield* Effect.provideService(
-      SocketTransport.make({
+      SocketTransport.makeSocket({
         host,
         port: options.port ?? 0,
         reconnect: Schedule.spaced(Duration.millis(20)),

@@ -33,13 +33,13 @@ export type {
   ClusterRegistryService,
   PlaceResult
 } from "./Cluster/ClusterRegistry.js"
-export { DefaultLease } from "./Cluster/internal/ClusterMember.js"
-export type { ClusterOptions } from "./Cluster/internal/ClusterMember.js"
+export type { ClusterOptions } from "./Cluster/ClusterOptions.js"
 export { layerMemory, makeMemory } from "./Cluster/MemoryClusterRegistry.js"
 export { layerPg, makePg } from "./Cluster/PgClusterRegistry.js"
 export type { PgClusterRegistryOptions } from "./Cluster/PgClusterRegistry.js"
 export { relocatable } from "./Cluster/Relocatable.js"
 export type { Relocatable, RelocatableFactory } from "./Cluster/Relocatable.js"
+export { DefaultLease } from "./Protocol/Config.js"
 export { ReliableClusterRequired } from "./Protocol/Errors.js"
 
 export interface SpawnOptions {

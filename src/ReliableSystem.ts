@@ -8,59 +8,28 @@
 import { Context, Duration, Effect, Layer, PubSub, Scope, Stream } from "effect"
 import type { Queue } from "effect"
 import type { ClusterRegistryError } from "./Cluster/ClusterErrors.js"
+import type { ClusterOptions } from "./Cluster/ClusterOptions.js"
 import { ClusterRegistry } from "./Cluster/ClusterRegistry.js"
 import * as ClusterMember from "./Cluster/internal/ClusterMember.js"
 import type { ReliableConfigError } from "./Protocol/Errors.js"
 import { EndpointRegistry } from "./internal/EndpointRegistry.js"
-import type { EndpointRecord } from "./internal/EndpointRegistry.js"
 import * as NodeLookup from "./internal/NodeLookup.js"
-import type { LookupStats } from "./internal/NodeLookup.js"
+import { ReliableSystem } from "./internal/ReliableSystemTag.js"
+import type { ReliableSystemService } from "./internal/ReliableSystemTag.js"
+import type { SystemInternals } from "./internal/SystemInternals.js"
 import { DefaultLookupTimeout } from "./Protocol/Config.js"
 import { EndpointNotFound } from "./Protocol/Errors.js"
 import type { ReliableDeliveryFailed } from "./Protocol/Failure.js"
 import { Transport } from "./Transport/Transport.js"
-import type { TransportService } from "./Transport/Transport.js"
+
+export { ReliableSystem } from "./internal/ReliableSystemTag.js"
+export type { ReliableSystemService } from "./internal/ReliableSystemTag.js"
+export type { SystemInternals } from "./internal/SystemInternals.js"
 
 export interface ReliableSystemOptions {
   /** How long a peer lookup may take; default 500ms. */
   readonly lookupTimeout?: Duration.DurationInput
 }
-
-/** Parts the endpoint modules of this library use; not part of the public contract. */
-export interface SystemInternals {
-  readonly transport: TransportService
-  readonly registry: EndpointRegistry
-  /**
-   * Finds an endpoint's record: in this system's registry, or, when `node` names another node,
-   * by asking that node (a remoting-only flow). Undefined when unknown or unanswered in time.
-   */
-  readonly lookup: (name: string, node?: string | undefined) => Effect.Effect<EndpointRecord | undefined>
-  /** Counters of lookups asked of and served to other nodes. */
-  readonly lookupStats: () => LookupStats
-  /** True when peers are resolved through a cluster registry (peer addresses are rejected then). */
-  readonly clustered: boolean
-  /** The node's cluster membership; undefined on a system that is not clustered. */
-  readonly cluster: ClusterMember.ClusterMember | undefined
-  readonly publishFailure: (failure: ReliableDeliveryFailed) => void
-  /** A fresh id for incarnations and sessions, unique across processes. */
-  readonly newId: () => string
-}
-
-export interface ReliableSystemService {
-  /** This node's transport address. */
-  readonly node: string
-  /** Every `ReliableDeliveryFailed` published after the stream is subscribed. */
-  readonly failures: Stream.Stream<ReliableDeliveryFailed>
-  /** A subscription for the life of the scope: every failure published from now on. */
-  readonly subscribeFailures: Effect.Effect<Queue.Dequeue<ReliableDeliveryFailed>, never, Scope.Scope>
-  /** Replaces an endpoint's controller with a fresh one (new session; new epoch when durable). */
-  readonly respawn: (name: string) => Effect.Effect<void, EndpointNotFound>
-  /** The names of the endpoints this system hosts. */
-  readonly endpointNames: Effect.Effect<ReadonlyArray<string>>
-  readonly internal: SystemInternals
-}
-
-export class ReliableSystem extends Context.Tag("effect-reliable/ReliableSystem")<ReliableSystem, ReliableSystemService>() {}
 
 const makeIdSource = (): (() => string) => {
   const prefix = Math.floor(Math.random() * 36 ** 8).toString(36).padStart(8, "0")
@@ -72,7 +41,7 @@ export const make = (options: ReliableSystemOptions = {}): Effect.Effect<Reliabl
   build<never>(options, undefined)
 
 /** Options of a cluster member: the system's options plus leases and relocatable factories. */
-export interface ClusterSystemOptions<R = never> extends ReliableSystemOptions, ClusterMember.ClusterOptions<R> {}
+export interface ClusterSystemOptions<R = never> extends ReliableSystemOptions, ClusterOptions<R> {}
 
 /**
  * A system that is a member of the cluster whose registry is in context (use it with

@@ -20,6 +20,8 @@ export const DefaultQueueRetryAttempts = 3
 export const DefaultQueueRetryInterval: Duration.Duration = Duration.millis(100)
 /** How long a peer lookup may take before it counts as unanswered. */
 export const DefaultLookupTimeout: Duration.Duration = Duration.millis(500)
+/** How long a cluster member stays a member without renewing its lease. */
+export const DefaultLease: Duration.Duration = Duration.seconds(3)
 
 /** Chunk size bounds: 1 KiB up to 16 MiB minus 64 KiB of envelope headroom. */
 export const MinChunkSize = 1024

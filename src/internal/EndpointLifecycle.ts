@@ -11,7 +11,7 @@ import type { ReliableConfigError } from "../Protocol/Errors.js"
 import { ReliableDeliveryFailed } from "../Protocol/Failure.js"
 import type { ReliableControllerRole, ReliableDeliveryStage } from "../Protocol/Failure.js"
 import type { ControllerAddress } from "../Protocol/Address.js"
-import type { SystemInternals } from "../ReliableSystem.js"
+import type { SystemInternals } from "./SystemInternals.js"
 import type { EndpointRecord, LocalEndpoint } from "./EndpointRegistry.js"
 import type { StopOutcome } from "./StopOutcome.js"
 

@@ -18,25 +18,24 @@
 import { Cause, Duration, Effect, ExecutionStrategy, Exit, FiberSet, Option, Schedule, Scope } from "effect"
 import type { EndpointRecord, EndpointRegistry } from "../../internal/EndpointRegistry.js"
 import type { NodeLookup } from "../../internal/NodeLookup.js"
+import { DefaultLease } from "../../Protocol/Config.js"
 import { ReliableConfigError } from "../../Protocol/Errors.js"
 import type { TransportService } from "../../Transport/Transport.js"
 import type { ClusterPlacementError, ClusterRegistryError, ReliableOwnershipLost } from "../ClusterErrors.js"
 import type { ClusterRegistryService } from "../ClusterRegistry.js"
-import type { Relocatable } from "../Relocatable.js"
 import * as HeldNames from "./HeldNames.js"
 import * as Hosting from "./Hosting.js"
-import type { MemberState } from "./MemberState.js"
+import type { HostedFactory, MemberState } from "./MemberState.js"
 
-export interface ClusterOptions<R = never> {
-  /** How long a node stays a member without renewing; default 3 seconds. */
+/**
+ * What joining reads of the public `ClusterOptions`. The factories' service type is left open
+ * here: the system provides their services when it runs them (`start`'s `provide`).
+ */
+export interface MemberOptions {
   readonly lease?: Duration.DurationInput
-  /** Lease renewal, orphan and placement checks; default a third of the lease. */
   readonly renewInterval?: Duration.DurationInput
-  /** The relocatable factories this node can host endpoints with. */
-  readonly relocatable?: ReadonlyArray<Relocatable<R>>
+  readonly relocatable?: ReadonlyArray<{ readonly key: string; readonly make: HostedFactory }>
 }
-
-export const DefaultLease: Duration.Duration = Duration.seconds(3)
 
 export interface ClusterMember {
   readonly node: string
@@ -74,7 +73,7 @@ export interface MemberParts {
   readonly newId: () => string
 }
 
-const checkTiming = (options: ClusterOptions<unknown>) =>
+const checkTiming = (options: MemberOptions) =>
   Effect.gen(function*() {
     const lease = Duration.decodeUnknown(options.lease ?? DefaultLease)
     if (Option.isNone(lease) || !(Duration.toMillis(lease.value) >= 10) || !Duration.isFinite(lease.value)) {
@@ -111,7 +110,7 @@ const lookupWith = (state: MemberState, parts: MemberParts) =>
   })
 
 /** Joins the cluster; the lease ticks start with `start`. */
-export const make = <R>(options: ClusterOptions<R>, parts: MemberParts): Effect.Effect<ClusterMember, ClusterRegistryError | ReliableConfigError, Scope.Scope> =>
+export const make = (options: MemberOptions, parts: MemberParts): Effect.Effect<ClusterMember, ClusterRegistryError | ReliableConfigError, Scope.Scope> =>
   Effect.gen(function*() {
     const { leaseMs, renewMs } = yield* checkTiming(options)
     const { registry, transport } = parts

@@ -23,6 +23,7 @@ import { ReliableSystem } from "./ReliableSystem.js"
 
 export { ClusterPlacementError, ClusterRegistryError, ReliableOwnershipLost } from "./Cluster/ClusterErrors.js"
 export type { PlacementRefusal } from "./Cluster/ClusterErrors.js"
+export type { EndpointKind } from "./Protocol/WireMessage.js"
 export { ClusterRegistry } from "./Cluster/ClusterRegistry.js"
 export type {
   ClaimRequest,

@@ -17,6 +17,8 @@ import type { ReliableEndpointConfigError } from "./Protocol/Errors.js"
 import * as PayloadCodec from "./Protocol/PayloadCodec.js"
 import { ReliableSystem } from "./ReliableSystem.js"
 
+export type { ConsumerStats } from "./Controller/ConsumerController.js"
+
 export interface ConsumerOptions<A, I> {
   /** This endpoint's name, unique on its system. */
   readonly name: string

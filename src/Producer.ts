@@ -21,6 +21,9 @@ import { ReliableSystem } from "./ReliableSystem.js"
 import type { SystemInternals } from "./ReliableSystem.js"
 import { isEitherOf } from "./internal/IsEither.js"
 
+export type { ProduceError } from "./Controller/internal/ProducerCalls.js"
+export type { ProducerStats } from "./Controller/ProducerController.js"
+
 export interface ProducerOptions<A, I> {
   /** This endpoint's name, unique on its system. */
   readonly name: string

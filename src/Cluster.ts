@@ -18,7 +18,9 @@ import { Duration, Effect } from "effect"
 import type { Option } from "effect"
 import type { ClusterPlacementError, ClusterRegistryError } from "./Cluster/ClusterErrors.js"
 import type { ClusterNode, ClusterRecordStatus } from "./Cluster/ClusterRegistry.js"
+import * as Config from "./Protocol/Config.js"
 import { ReliableClusterRequired } from "./Protocol/Errors.js"
+import type { ReliableConfigError } from "./Protocol/Errors.js"
 import { ReliableSystem } from "./ReliableSystem.js"
 
 export { ClusterPlacementError, ClusterRegistryError, ReliableOwnershipLost } from "./Cluster/ClusterErrors.js"
@@ -50,6 +52,8 @@ export interface SpawnOptions {
   readonly timeout?: Duration.DurationInput
 }
 
+const spawnKeys = Config.optionKeys<SpawnOptions>({ node: true, timeout: true })
+
 const clusterOf = (operation: string) =>
   Effect.flatMap(ReliableSystem, (system) =>
     system.internal.cluster === undefined
@@ -67,20 +71,25 @@ const clusterOf = (operation: string) =>
  * the whole cluster. When it already runs (same name, same factory), `spawn` only waits for it
  * to be started, wherever it is. Fails with `ReliableClusterRequired` on a system that is not
  * clustered, and with `ClusterPlacementError` when the node is not a live member, lacks the
- * factory, another endpoint holds the name, or the node did not start it in time.
+ * factory, another endpoint holds the name, or the node did not start it in time; with
+ * `ReliableConfigError` on a bad option.
  */
 export const spawn = (
   key: string,
   name: string,
   options: SpawnOptions = {}
-): Effect.Effect<void, ReliableClusterRequired | ClusterPlacementError | ClusterRegistryError, ReliableSystem> =>
-  Effect.flatMap(clusterOf("Cluster.spawn"), (member) =>
-    member.spawn(
-      key,
-      name,
-      options.node ?? member.node,
-      Duration.decode(options.timeout ?? Duration.millis(2 * member.leaseMs))
-    ))
+): Effect.Effect<
+  void,
+  ReliableClusterRequired | ClusterPlacementError | ClusterRegistryError | ReliableConfigError,
+  ReliableSystem
+> =>
+  Effect.gen(function*() {
+    yield* Config.checkKeys("Cluster.spawn", options, spawnKeys)
+    const member = yield* clusterOf("Cluster.spawn")
+    const node = options.node === undefined ? member.node : yield* Config.checkName("node", options.node)
+    const timeout = yield* Config.checkInterval("timeout", options.timeout, Duration.millis(2 * member.leaseMs))
+    return yield* member.spawn(key, name, node, timeout)
+  })
 
 /**
  * Retires the relocatable endpoint `name` for good: no node re-creates it any more, and the node

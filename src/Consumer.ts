@@ -12,7 +12,6 @@ import * as EndpointLifecycle from "./internal/EndpointLifecycle.js"
 import { Signal } from "./internal/Signal.js"
 import * as Config from "./Protocol/Config.js"
 import type { Delivery } from "./Protocol/Contract.js"
-import { ReliableConfigError } from "./Protocol/Errors.js"
 import type { ReliableEndpointConfigError } from "./Protocol/Errors.js"
 import * as PayloadCodec from "./Protocol/PayloadCodec.js"
 import { ReliableSystem } from "./ReliableSystem.js"
@@ -59,13 +58,28 @@ export interface Consumer<A> {
 }
 
 export const checkOptions = <A, I>(options: ConsumerOptions<A, I>) =>
-  Effect.all({
-    name: Config.checkName("name", options.name),
-    producer: Config.checkName("producer", options.producer),
-    window: Config.checkWindow(options.window),
-    resendInterval: Config.checkInterval("resendInterval", options.resendInterval, Config.DefaultResendInterval),
-    lendPayloads: Config.checkLendPayloads(options.lendPayloads, PayloadCodec.isBinary(options.payload))
-  })
+  Effect.zipRight(
+    Config.checkSchema("payload", options.payload),
+    Effect.suspend(() =>
+      Effect.all({
+        name: Config.checkName("name", options.name),
+        producer: Config.checkName("producer", options.producer),
+        window: Config.checkWindow(options.window),
+        resendInterval: Config.checkInterval("resendInterval", options.resendInterval, Config.DefaultResendInterval),
+        lendPayloads: Config.checkLendPayloads(options.lendPayloads, PayloadCodec.isBinary(options.payload))
+      })
+    )
+  )
+
+const consumerKeys = Config.optionKeys<ConsumerOptions<unknown, unknown>>({
+  name: true,
+  producer: true,
+  payload: true,
+  window: true,
+  resendInterval: true,
+  lendPayloads: true,
+  remoteProducer: true
+})
 
 /** Builds a consumer-side endpoint of the given kind (a point-to-point consumer or a worker). */
 export const makeEndpoint = <A, I>(
@@ -76,12 +90,6 @@ export const makeEndpoint = <A, I>(
   Effect.gen(function*() {
     const checked = yield* checkOptions(options)
     const system = (yield* ReliableSystem).internal
-    if (kind === "Worker" && options.remoteProducer !== undefined) {
-      return yield* new ReliableConfigError({
-        option: "remoteProducer",
-        message: "work-pulling does not support peer addresses; a worker set spanning nodes requires cluster mode"
-      })
-    }
     const producerNode = yield* Config.checkPeerAddress("remoteProducer", options.remoteProducer, {
       remoting: system.transport.remoting,
       clustered: system.clustered
@@ -176,4 +184,4 @@ export const makeEndpoint = <A, I>(
 export const make = <A, I>(
   options: ConsumerOptions<A, I>
 ): Effect.Effect<Consumer<A>, ReliableEndpointConfigError, ReliableSystem | Scope.Scope> =>
-  makeEndpoint(options, "Consumer", ["Producer"])
+  Effect.zipRight(Config.checkKeys("Consumer.make", options, consumerKeys), makeEndpoint(options, "Consumer", ["Producer"]))

@@ -84,20 +84,30 @@ export interface Producer<A> {
 /** The largest batch `sendAll` stores in one step. */
 const MaxBatch = 1000
 
-/** A point-to-point producer refuses the work-pulling durable queue (its watermark cannot hold per-job confirmations). */
-const checkNoWorkQueue = (options: object) =>
-  (options as { readonly durableWorkQueue?: unknown }).durableWorkQueue === undefined
-    ? Effect.void
-    : Effect.fail(new ReliableConfigError({
-      option: "durableWorkQueue",
-      message: "durableWorkQueue is for work-pulling producers (WorkPulling.producer); a point-to-point producer persists with durableQueue"
-    }))
+const producerKeys = Config.optionKeys<ProducerOptions<unknown, unknown>>({
+  name: true,
+  consumer: true,
+  payload: true,
+  deliveryConfirmation: true,
+  retryInterval: true,
+  chunkSize: true,
+  durableQueue: true,
+  queueRetry: true,
+  remoteConsumer: true
+})
+
+/** Unknown options are refused; the work-pulling durable queue with why (its watermark cannot hold per-job confirmations). */
+const checkKeys = (options: object) =>
+  Config.checkKeys("Producer.make", options, producerKeys, {
+    durableWorkQueue: "durableWorkQueue is for work-pulling producers (WorkPulling.producer); a point-to-point producer persists with durableQueue"
+  })
 
 /** Checks the options of a producer endpoint. */
 export const checkOptions = <A, I>(options: ProducerOptions<A, I>) =>
-  Effect.zipRight(checkNoWorkQueue(options), Effect.all({
+  Effect.zipRight(Effect.zipRight(checkKeys(options), Config.checkSchema("payload", options.payload)), Effect.all({
     name: Config.checkName("name", options.name),
     consumer: Config.checkName("consumer", options.consumer),
+    deliveryConfirmation: Config.checkFlag("deliveryConfirmation", options.deliveryConfirmation),
     retryInterval: Config.checkInterval("retryInterval", options.retryInterval, Config.DefaultRetryInterval),
     chunkSize: Config.checkChunkSize(options.chunkSize),
     queueRetry: Config.checkQueueRetry(options.queueRetry)
@@ -301,7 +311,7 @@ export const make = <A, I>(
     const settings: ProducerController.ProducerSettings = {
       endpoint: checked.name,
       consumer: checked.consumer,
-      deliveryConfirmation: options.deliveryConfirmation ?? false,
+      deliveryConfirmation: checked.deliveryConfirmation,
       retryInterval: checked.retryInterval,
       chunkSize: checked.chunkSize,
       durableQueue: options.durableQueue,

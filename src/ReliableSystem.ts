@@ -17,7 +17,7 @@ import * as NodeLookup from "./internal/NodeLookup.js"
 import { ReliableSystem } from "./internal/ReliableSystemTag.js"
 import type { ReliableSystemService } from "./internal/ReliableSystemTag.js"
 import type { SystemInternals } from "./internal/SystemInternals.js"
-import { DefaultLookupTimeout } from "./Protocol/Config.js"
+import * as Config from "./Protocol/Config.js"
 import { EndpointNotFound } from "./Protocol/Errors.js"
 import type { ReliableDeliveryFailed } from "./Protocol/Failure.js"
 import { Transport } from "./Transport/Transport.js"
@@ -37,11 +37,22 @@ const makeIdSource = (): (() => string) => {
   return () => `${prefix}${(++counter).toString(36)}`
 }
 
-export const make = (options: ReliableSystemOptions = {}): Effect.Effect<ReliableSystemService, never, Transport | Scope.Scope> =>
-  build<never>(options, undefined)
+const systemKeys = Config.optionKeys<ReliableSystemOptions>({ lookupTimeout: true })
+
+export const make = (
+  options: ReliableSystemOptions = {}
+): Effect.Effect<ReliableSystemService, ReliableConfigError, Transport | Scope.Scope> =>
+  Effect.zipRight(Config.checkKeys("ReliableSystem.layer", options, systemKeys), build<never>(options, undefined))
 
 /** Options of a cluster member: the system's options plus leases and relocatable factories. */
 export interface ClusterSystemOptions<R = never> extends ReliableSystemOptions, ClusterOptions<R> {}
+
+const clusterSystemKeys = Config.optionKeys<ClusterSystemOptions<unknown>>({
+  lookupTimeout: true,
+  lease: true,
+  renewInterval: true,
+  relocatable: true
+})
 
 /**
  * A system that is a member of the cluster whose registry is in context (use it with
@@ -56,6 +67,7 @@ export const makeCluster = <R = never>(
   Transport | ClusterRegistry | Scope.Scope | Exclude<R, ReliableSystem | Scope.Scope>
 > =>
   Effect.gen(function*() {
+    yield* Config.checkKeys("ReliableSystem.layerCluster", options, clusterSystemKeys)
     const registry = yield* ClusterRegistry
     // The user's services for the factories; never the build's own scope (a factory runs in the
     // scope of its endpoint's stay on this node).
@@ -77,12 +89,12 @@ interface ClusterJoin<E> {
 const build = <E>(
   options: ReliableSystemOptions,
   cluster: ClusterJoin<E> | undefined
-): Effect.Effect<ReliableSystemService, E, Transport | Scope.Scope> =>
+): Effect.Effect<ReliableSystemService, E | ReliableConfigError, Transport | Scope.Scope> =>
   Effect.gen(function*() {
+    const lookupTimeout = yield* Config.checkInterval("lookupTimeout", options.lookupTimeout, Config.DefaultLookupTimeout)
     const transport = yield* Transport
     const registry = new EndpointRegistry()
     const failures = yield* Effect.acquireRelease(PubSub.sliding<ReliableDeliveryFailed>(1024), PubSub.shutdown)
-    const lookupTimeout = Duration.decode(options.lookupTimeout ?? DefaultLookupTimeout)
     const newId = makeIdSource()
     const nodes = yield* NodeLookup.make({ transport, registry, timeout: lookupTimeout, newId })
     const member = cluster === undefined ? undefined : yield* cluster.join({ transport, endpoints: registry, nodes, newId })
@@ -116,7 +128,7 @@ const build = <E>(
   })
 
 /** One reliable system on the provided transport. */
-export const layer = (options: ReliableSystemOptions = {}): Layer.Layer<ReliableSystem, never, Transport> =>
+export const layer = (options: ReliableSystemOptions = {}): Layer.Layer<ReliableSystem, ReliableConfigError, Transport> =>
   Layer.scoped(ReliableSystem, make(options))
 
 /** A cluster member on the registry and transport provided (see `makeCluster`). */

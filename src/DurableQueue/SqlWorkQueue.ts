@@ -49,7 +49,9 @@ import type { JobState, StoredJob } from "./internal/WorkQueueRules.js"
 import * as Rules from "./internal/WorkQueueRules.js"
 import type { QueueConflict, QueueFenced } from "./QueueErrors.js"
 import { QueueBackendError } from "./QueueErrors.js"
+import { checkSqlQueueOptions } from "./SqlProducerQueue.js"
 import type { SqlQueueOptions } from "./SqlProducerQueue.js"
+import type { ReliableConfigError } from "../Protocol/Errors.js"
 
 export type { SqlQueueOptions } from "./SqlProducerQueue.js"
 
@@ -404,8 +406,9 @@ const advance = (
 /** Builds a SQL work queue named `options.queueName`, running the migrations first. */
 export const makeWorkSql = (
   options: SqlQueueOptions
-): Effect.Effect<DurableWorkQueueService, QueueBackendError, SqlClient> =>
+): Effect.Effect<DurableWorkQueueService, QueueBackendError | ReliableConfigError, SqlClient> =>
   Effect.gen(function*() {
+    yield* checkSqlQueueOptions("DurableQueue.makeWorkSql", options)
     const sql = (yield* SqlClient).withoutTransforms()
     yield* dialectOf(sql)
     const t = yield* tables(options.tablePrefix)
@@ -426,4 +429,5 @@ export const makeWorkSql = (
 /** The SQL work queue as a layer; the tables are created (if missing) when it is built. */
 export const layerWorkSql = (
   options: SqlQueueOptions
-): Layer.Layer<DurableWorkQueue, QueueBackendError, SqlClient> => Layer.effect(DurableWorkQueue, makeWorkSql(options))
+): Layer.Layer<DurableWorkQueue, QueueBackendError | ReliableConfigError, SqlClient> =>
+  Layer.effect(DurableWorkQueue, makeWorkSql(options))

@@ -1,7 +1,7 @@
 /**
  * Option defaults and bounds (from the seeds), and the checks every endpoint constructor runs.
  */
-import { Duration, Effect } from "effect"
+import { Duration, Effect, Schema } from "effect"
 import { formatNode } from "./Address.js"
 import { ReliableConfigError, ReliablePeerClusterConflict, ReliablePeerRemotingRequired } from "./Errors.js"
 import type { ReliableEndpointConfigError } from "./Errors.js"
@@ -35,6 +35,74 @@ export interface QueueRetry {
 
 const fail = (option: string, message: string) => Effect.fail(new ReliableConfigError({ option, message }))
 
+/** The option names of an options type, for `checkKeys`: the compiler keeps the list complete and exact. */
+export const optionKeys = <T>(keys: { readonly [K in keyof T]-?: true }): ReadonlySet<string> => new Set(Object.keys(keys))
+
+/**
+ * Refuses every option `allowed` does not name, so a misspelt option is an error rather than
+ * silently ignored; `refused` says why an option of a sibling constructor does not apply here.
+ * An option given as `undefined` counts as not given.
+ */
+export const checkKeys = (
+  constructor: string,
+  options: unknown,
+  allowed: ReadonlySet<string>,
+  refused: Readonly<Record<string, string>> = {}
+): Effect.Effect<void, ReliableConfigError> => {
+  if (typeof options !== "object" || options === null) {
+    return fail("options", `${constructor} takes an options object, got ${options === null ? "null" : typeof options}`)
+  }
+  for (const [key, value] of Object.entries(options)) {
+    if (allowed.has(key) || value === undefined) continue
+    return fail(key, refused[key] ?? `${constructor} takes no option "${key}" (its options: ${[...allowed].join(", ")})`)
+  }
+  return Effect.void
+}
+
+/** A payload option must be a Schema: every payload is encoded and decoded with it. */
+export const checkSchema = (option: string, value: unknown): Effect.Effect<void, ReliableConfigError> =>
+  Schema.isSchema(value) ? Effect.void : fail(option, `${option} must be a Schema (e.g. Schema.Struct({...})), got ${typeof value}`)
+
+/** A boolean option; absent means `false`. */
+export const checkFlag = (option: string, value: boolean | undefined): Effect.Effect<boolean, ReliableConfigError> =>
+  value === undefined || typeof value === "boolean"
+    ? Effect.succeed(value === true)
+    : fail(option, `${option} must be a boolean, got ${JSON.stringify(value)}`)
+
+/** A probability option in [0, 1]; absent means 0. */
+export const checkProbability = (option: string, value: number | undefined): Effect.Effect<number, ReliableConfigError> =>
+  value === undefined || (typeof value === "number" && value >= 0 && value <= 1)
+    ? Effect.succeed(value ?? 0)
+    : fail(option, `${option} must be a probability in [0, 1], got ${value}`)
+
+/** A seed for a seeded PRNG: any finite number (its low 32 bits are used). */
+export const checkSeed = (option: string, value: number): Effect.Effect<number, ReliableConfigError> =>
+  typeof value === "number" && Number.isFinite(value)
+    ? Effect.succeed(value)
+    : fail(option, `${option} must be a finite number, got ${JSON.stringify(value)}`)
+
+/** A duration that may be zero (a delay); absent means `fallback`. */
+export const checkDelay = (
+  option: string,
+  value: Duration.DurationInput | undefined,
+  fallback: Duration.Duration
+): Effect.Effect<Duration.Duration, ReliableConfigError> => {
+  if (value === undefined) return Effect.succeed(fallback)
+  const decoded = Duration.decodeUnknown(value)
+  if (decoded._tag === "None") return fail(option, `${option} is not a duration: ${String(value)}`)
+  return Duration.isFinite(decoded.value)
+    ? Effect.succeed(decoded.value)
+    : fail(option, `${option} must be a finite duration, got ${Duration.format(decoded.value)}`)
+}
+
+const tablePrefixPattern = /^[A-Za-z_][A-Za-z0-9_]{0,39}$/
+
+/** A prefix of SQL table names: a plain identifier of at most 40 characters; absent means the default. */
+export const checkTablePrefix = (value: string | undefined): Effect.Effect<void, ReliableConfigError> =>
+  value === undefined || (typeof value === "string" && tablePrefixPattern.test(value))
+    ? Effect.void
+    : fail("tablePrefix", `tablePrefix must start with a letter or _ and hold only letters, digits and _ (at most 40), got ${JSON.stringify(value)}`)
+
 export const checkName = (option: string, value: unknown): Effect.Effect<string, ReliableConfigError> =>
   typeof value === "string" && value.trim().length > 0
     ? Effect.succeed(value)
@@ -61,17 +129,21 @@ export const checkInterval = (
     : fail(option, `${option} must be a positive, finite duration, got ${Duration.format(decoded.value)}`)
 }
 
+const queueRetryKeys = optionKeys<QueueRetry>({ attempts: true, interval: true })
+
 export const checkQueueRetry = (
   value: QueueRetry | undefined
 ): Effect.Effect<{ readonly attempts: number; readonly interval: Duration.Duration }, ReliableConfigError> => {
   if (value === undefined) return Effect.succeed({ attempts: DefaultQueueRetryAttempts, interval: DefaultQueueRetryInterval })
-  if (!Number.isInteger(value.attempts) || value.attempts < 1 || value.attempts > 1000) {
-    return fail("queueRetry.attempts", `queueRetry.attempts must be an integer in [1, 1000], got ${value.attempts}`)
-  }
-  return Effect.map(
-    checkInterval("queueRetry.interval", value.interval, DefaultQueueRetryInterval),
-    (interval) => ({ attempts: value.attempts, interval })
-  )
+  return Effect.zipRight(checkKeys("the queueRetry option", value, queueRetryKeys), Effect.suspend(() => {
+    if (!Number.isInteger(value.attempts) || value.attempts < 1 || value.attempts > 1000) {
+      return fail("queueRetry.attempts", `queueRetry.attempts must be an integer in [1, 1000], got ${value.attempts}`)
+    }
+    return Effect.map(
+      checkInterval("queueRetry.interval", value.interval, DefaultQueueRetryInterval),
+      (interval) => ({ attempts: value.attempts, interval })
+    )
+  }))
 }
 
 export const checkChunkSize = (value: number | undefined): Effect.Effect<number | undefined, ReliableConfigError> => {

@@ -23,6 +23,7 @@ import { Data, Deferred, Duration, Effect, Either, Fiber, FiberSet, Layer, Optio
 import type { Scope } from "effect"
 import * as Net from "node:net"
 import { inboxKey } from "../Protocol/Address.js"
+import { checkKeys, optionKeys } from "../Protocol/Config.js"
 import { FrameTooLarge } from "../Protocol/Errors.js"
 import type { Envelope } from "../Protocol/WireMessage.js"
 import {
@@ -89,6 +90,16 @@ export interface SocketTransportOptions {
   /** How long one connection attempt may take; default 5s. */
   readonly connectTimeout?: Duration.DurationInput
 }
+
+const socketKeys = optionKeys<SocketTransportOptions>({
+  host: true,
+  port: true,
+  advertisedHost: true,
+  maxFrameSize: true,
+  outgoingBufferBytes: true,
+  reconnect: true,
+  connectTimeout: true
+})
 
 /** Counters of the socket transport; `bufferedBytes` is a gauge, the rest only grow. */
 export interface SocketTransportStats extends TransportStats {
@@ -400,6 +411,7 @@ export const makeSocket = (
   options: SocketTransportOptions
 ): Effect.Effect<SocketTransportService, SocketTransportError, Scope.Scope> =>
   Effect.gen(function*() {
+    yield* Effect.catchAll(checkKeys("Transport.layerSocket", options, socketKeys), (error) => invalid(error.message))
     const config = yield* validate(options)
     const server = yield* NodeSockets.makeServer({ host: options.host, port: options.port, keepAlive: true }).pipe(
       Effect.mapError((cause) =>

@@ -86,13 +86,13 @@ describe("SQL queues on SQLite", () => {
       expect((yield* a.load).state.currentSeq).toBe(1)
     }))
 
-  it.effect("an invalid table prefix fails the layer with a typed error", () =>
+  it.effect("an invalid table prefix fails the layer with a config error naming the option", () =>
     Effect.gen(function*() {
       const error = yield* Effect.flip(
         Effect.scoped(Layer.build(SqlProducerQueue.layerSql({ queueName: "q", tablePrefix: "bad-prefix;" }).pipe(
           Layer.provide(client)
         )))
       )
-      expect(error._tag).toBe("QueueBackendError")
+      expect(error).toMatchObject({ _tag: "ReliableConfigError", option: "tablePrefix" })
     }))
 })

@@ -142,7 +142,7 @@ const faultOptions = (plan: FaultPlan, seed = plan.seed): FaultOptions => ({
 /** One system on the faulty memory transport, timed by TestClock. */
 export const memoryWorld = (plan: FaultPlan): Effect.Effect<FaultWorld, never, Scope.Scope> =>
   Effect.map(
-    Layer.build(ReliableSystem.layer().pipe(Layer.provideMerge(FaultyTransport.layerFaulty(faultOptions(plan))))),
+    Effect.orDie(Layer.build(ReliableSystem.layer().pipe(Layer.provideMerge(FaultyTransport.layerFaulty(faultOptions(plan)))))),
     (context) => ({
       producer: context,
       consumer: context,
@@ -179,7 +179,7 @@ export const runPlan = (plan: FaultPlan, makeWorld: (plan: FaultPlan) => Effect.
     const world = yield* makeWorld(plan)
     const queue = plan.durable === undefined
       ? undefined
-      : flakyProducerQueue(yield* MemoryProducerQueue.makeMemory, { seed: plan.seed, failureRate: plan.durable.failureRate })
+      : yield* flakyProducerQueue(yield* MemoryProducerQueue.makeMemory, { seed: plan.seed, failureRate: plan.durable.failureRate })
     const producer = yield* Producer.make({
       name: "orders-out",
       consumer: "orders-in",

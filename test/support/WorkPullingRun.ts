@@ -93,7 +93,7 @@ export const runPlan = (plan: WorkPlan) =>
     const queue = plan.durable ? yield* MemoryWorkQueue.makeWorkMemory : undefined
     const durableWorkQueue = queue === undefined || plan.flakyQueue === 0
       ? queue
-      : FlakyQueue.flakyWorkQueue(queue, { seed: plan.seed, failureRate: plan.flakyQueue, failLoad: false })
+      : yield* FlakyQueue.flakyWorkQueue(queue, { seed: plan.seed, failureRate: plan.flakyQueue, failLoad: false })
     const producer: Producer.Producer<Job> = yield* WorkPulling.producer({
       name: "dispatcher",
       payload: Job,

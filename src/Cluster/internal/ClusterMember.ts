@@ -18,7 +18,7 @@
 import { Cause, Duration, Effect, ExecutionStrategy, Exit, FiberSet, Option, Schedule, Scope } from "effect"
 import type { EndpointRecord, EndpointRegistry } from "../../internal/EndpointRegistry.js"
 import type { NodeLookup } from "../../internal/NodeLookup.js"
-import { DefaultLease } from "../../Protocol/Config.js"
+import { checkName, DefaultLease } from "../../Protocol/Config.js"
 import { ReliableConfigError } from "../../Protocol/Errors.js"
 import type { TransportService } from "../../Transport/Transport.js"
 import type { ClusterPlacementError, ClusterRegistryError, ReliableOwnershipLost } from "../ClusterErrors.js"
@@ -88,6 +88,26 @@ const checkTiming = (options: MemberOptions) =>
     return { leaseMs, renewMs }
   })
 
+/** Every relocatable factory has a non-blank key of its own and a function to run. */
+const checkFactories = (options: MemberOptions) =>
+  Effect.gen(function*() {
+    const factories = options.relocatable ?? []
+    if (!Array.isArray(factories)) {
+      return yield* new ReliableConfigError({ option: "relocatable", message: "relocatable must be an array of Cluster.relocatable(key, factory)" })
+    }
+    const keys = new Set<string>()
+    for (const entry of factories) {
+      const key = yield* checkName("relocatable.key", entry?.key)
+      if (typeof entry.make !== "function") {
+        return yield* new ReliableConfigError({ option: "relocatable", message: `the relocatable factory "${key}" is not a function` })
+      }
+      if (keys.has(key)) {
+        return yield* new ReliableConfigError({ option: "relocatable", message: `two relocatable factories share the key "${key}"; each key names one factory` })
+      }
+      keys.add(key)
+    }
+  })
+
 /**
  * Resolves an endpoint: this node's own when it holds the name; otherwise the registry says where
  * (a live record) and that node says which controller, and both must describe the same endpoint.
@@ -113,6 +133,7 @@ const lookupWith = (state: MemberState, parts: MemberParts) =>
 export const make = (options: MemberOptions, parts: MemberParts): Effect.Effect<ClusterMember, ClusterRegistryError | ReliableConfigError, Scope.Scope> =>
   Effect.gen(function*() {
     const { leaseMs, renewMs } = yield* checkTiming(options)
+    yield* checkFactories(options)
     const { registry, transport } = parts
     const state: MemberState = {
       node: transport.node,

@@ -71,19 +71,6 @@ const makeFault = (seed: number, rate: number): Fault => {
     })
 }
 
-/**
- * Wraps a producer queue so that a seeded share of its operations fail (see `FlakyOptions`).
- * Fails with `ReliableConfigError` on a bad option (e.g. `failureRate` outside [0, 1]).
- */
-export const flakyProducerQueue = (
-  queue: DurableProducerQueueService,
-  options: FlakyOptions
-): Effect.Effect<DurableProducerQueueService, ReliableConfigError> =>
-  Effect.map(checkOptions("DurableQueue.flakyProducerQueue", options), (checked) => {
-    const fault = makeFault(checked.seed, checked.failureRate)
-    return wrapProducerQueue(queue, fault, checked.failLoad)
-  })
-
 const wrapProducerQueue = (queue: DurableProducerQueueService, fault: Fault, failLoad: boolean): DurableProducerQueueService => {
   const storeAccepted = queue.storeAccepted
   return {
@@ -100,19 +87,6 @@ const wrapProducerQueue = (queue: DurableProducerQueueService, fault: Fault, fai
   }
 }
 
-/**
- * Wraps a work queue so that a seeded share of its operations fail (see `FlakyOptions`).
- * Fails with `ReliableConfigError` on a bad option (e.g. `failureRate` outside [0, 1]).
- */
-export const flakyWorkQueue = (
-  queue: DurableWorkQueueService,
-  options: FlakyOptions
-): Effect.Effect<DurableWorkQueueService, ReliableConfigError> =>
-  Effect.map(checkOptions("DurableQueue.flakyWorkQueue", options), (checked) => {
-    const fault = makeFault(checked.seed, checked.failureRate)
-    return wrapWorkQueue(queue, fault, checked.failLoad)
-  })
-
 const wrapWorkQueue = (queue: DurableWorkQueueService, fault: Fault, failLoad: boolean): DurableWorkQueueService => {
   const storeAccepted = queue.storeAccepted
   return {
@@ -128,3 +102,26 @@ const wrapWorkQueue = (queue: DurableWorkQueueService, fault: Fault, failLoad: b
     })
   }
 }
+
+/** Checks the options, then wraps the queue with a fault injector seeded from them. */
+const flaky = <Q>(constructor: string, wrap: (queue: Q, fault: Fault, failLoad: boolean) => Q) =>
+(queue: Q, options: FlakyOptions): Effect.Effect<Q, ReliableConfigError> =>
+  Effect.map(checkOptions(constructor, options), (checked) => wrap(queue, makeFault(checked.seed, checked.failureRate), checked.failLoad))
+
+/**
+ * Wraps a producer queue so that a seeded share of its operations fail (see `FlakyOptions`).
+ * Fails with `ReliableConfigError` on a bad option (e.g. `failureRate` outside [0, 1]).
+ */
+export const flakyProducerQueue: (
+  queue: DurableProducerQueueService,
+  options: FlakyOptions
+) => Effect.Effect<DurableProducerQueueService, ReliableConfigError> = flaky("DurableQueue.flakyProducerQueue", wrapProducerQueue)
+
+/**
+ * Wraps a work queue so that a seeded share of its operations fail (see `FlakyOptions`).
+ * Fails with `ReliableConfigError` on a bad option (e.g. `failureRate` outside [0, 1]).
+ */
+export const flakyWorkQueue: (
+  queue: DurableWorkQueueService,
+  options: FlakyOptions
+) => Effect.Effect<DurableWorkQueueService, ReliableConfigError> = flaky("DurableQueue.flakyWorkQueue", wrapWorkQueue)

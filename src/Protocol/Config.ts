@@ -81,19 +81,28 @@ export const checkSeed = (option: string, value: number): Effect.Effect<number, 
     ? Effect.succeed(value)
     : fail(option, `${option} must be a finite number, got ${JSON.stringify(value)}`)
 
+/** A duration option; absent means `fallback`, and `allowed` (described by `what`) bounds it. */
+const checkDuration = (
+  option: string,
+  value: Duration.DurationInput | undefined,
+  fallback: Duration.Duration,
+  what: string,
+  allowed: (duration: Duration.Duration) => boolean
+): Effect.Effect<Duration.Duration, ReliableConfigError> => {
+  if (value === undefined) return Effect.succeed(fallback)
+  const decoded = Duration.decodeUnknown(value)
+  if (decoded._tag === "None") return fail(option, `${option} is not a duration: ${String(value)}`)
+  return allowed(decoded.value)
+    ? Effect.succeed(decoded.value)
+    : fail(option, `${option} must be ${what}, got ${Duration.format(decoded.value)}`)
+}
+
 /** A duration that may be zero (a delay); absent means `fallback`. */
 export const checkDelay = (
   option: string,
   value: Duration.DurationInput | undefined,
   fallback: Duration.Duration
-): Effect.Effect<Duration.Duration, ReliableConfigError> => {
-  if (value === undefined) return Effect.succeed(fallback)
-  const decoded = Duration.decodeUnknown(value)
-  if (decoded._tag === "None") return fail(option, `${option} is not a duration: ${String(value)}`)
-  return Duration.isFinite(decoded.value)
-    ? Effect.succeed(decoded.value)
-    : fail(option, `${option} must be a finite duration, got ${Duration.format(decoded.value)}`)
-}
+): Effect.Effect<Duration.Duration, ReliableConfigError> => checkDuration(option, value, fallback, "a finite duration", Duration.isFinite)
 
 const tablePrefixPattern = /^[A-Za-z_][A-Za-z0-9_]{0,39}$/
 
@@ -119,15 +128,11 @@ export const checkInterval = (
   option: string,
   value: Duration.DurationInput | undefined,
   fallback: Duration.Duration
-): Effect.Effect<Duration.Duration, ReliableConfigError> => {
-  if (value === undefined) return Effect.succeed(fallback)
-  const decoded = Duration.decodeUnknown(value)
-  if (decoded._tag === "None") return fail(option, `${option} is not a duration: ${String(value)}`)
-  const millis = Duration.toMillis(decoded.value)
-  return Number.isFinite(millis) && millis > 0
-    ? Effect.succeed(decoded.value)
-    : fail(option, `${option} must be a positive, finite duration, got ${Duration.format(decoded.value)}`)
-}
+): Effect.Effect<Duration.Duration, ReliableConfigError> =>
+  checkDuration(option, value, fallback, "a positive, finite duration", (duration) => {
+    const millis = Duration.toMillis(duration)
+    return Number.isFinite(millis) && millis > 0
+  })
 
 const queueRetryKeys = optionKeys<QueueRetry>({ attempts: true, interval: true })
 

@@ -10,7 +10,7 @@
  */
 import { Context, Deferred, Effect, Either, Layer, Ref, Schema } from "effect"
 import type { Scope } from "effect"
-import { Consumer, DurableQueue, Producer, ReliableSystem, Transport, WorkPulling } from "effect-reliable"
+import { Cluster, Consumer, DurableQueue, Producer, ReliableSystem, Transport, WorkPulling } from "effect-reliable"
 import * as Assert from "node:assert/strict"
 
 const Order = Schema.Struct({ id: Schema.Number, item: Schema.String })
@@ -21,10 +21,25 @@ export const sendMany = Effect.flatMap(makeProducer, (producer) => producer.send
 export const producerStats = Effect.flatMap(makeProducer, (producer) => producer.stats)
 export const makeConsumer = Consumer.make({ name: "orders-in", producer: "orders-out", payload: Order })
 export const consumerStats = Effect.flatMap(makeConsumer, (consumer) => consumer.stats)
+export const confirmations = Effect.map(makeProducer, (producer) => producer.confirmations)
+export const deliveries = Effect.map(makeConsumer, (consumer) => consumer.deliveries)
+export const makeWorkProducer = WorkPulling.producer({ name: "jobs", payload: Order })
+export const sendJob = Effect.flatMap(makeWorkProducer, (producer) => producer.send({ id: 1, item: "job" }))
+export const makeWorker = WorkPulling.worker({ name: "worker", producer: "jobs", payload: Order })
 export const workStats = WorkPulling.stats("jobs")
 export const durableQueue = DurableQueue.makeMemory
+export const sqlQueue = DurableQueue.makeSql({ queueName: "orders" })
+export const sqlWorkQueue = DurableQueue.layerWorkSql({ queueName: "jobs" })
+export const flakyQueue = Effect.flatMap(DurableQueue.makeMemory, (queue) => DurableQueue.flakyProducerQueue(queue, { seed: 1, failureRate: 0.1 }))
 export const memoryNode = ReliableSystem.layer().pipe(Layer.provideMerge(Transport.layerMemory))
 export const faultyNode = ReliableSystem.layer().pipe(Layer.provideMerge(Transport.layerFaulty({ seed: 7, drop: 0.1 })))
+export const faultStats = Effect.map(Transport.FaultInjector, (injector) => injector.stats())
+export const failures = ReliableSystem.failures
+export const respawn = ReliableSystem.respawn("orders-out")
+export const clusterNode = ReliableSystem.layerCluster({ relocatable: [Cluster.relocatable("jobs", (name) => WorkPulling.producer({ name, payload: Order }))] })
+  .pipe(Layer.provide(Cluster.layerPg()))
+export const spawnJobs = Cluster.spawn("jobs", "jobs-1")
+export const clusterEndpoints = Cluster.endpoints
 
 /** Runs `count` deliveries through `consumer`, resolving once all have been handled. */
 const receive = (consumer: Consumer.Consumer<{ readonly id: number }>, count: number) =>

@@ -13,6 +13,7 @@ import { MaxFrameSize } from "../src/Transport/internal/FrameCodec.js"
 import * as Producer from "../src/Producer.js"
 import * as ReliableSystem from "../src/ReliableSystem.js"
 import * as MemoryTransport from "../src/Transport/MemoryTransport.js"
+import * as WorkPulling from "../src/WorkPulling.js"
 import { deliveryViolation } from "./support/Delivery.js"
 import type { Received } from "./support/Delivery.js"
 import { host, startNode, waitUntil } from "./support/Nodes.js"
@@ -319,7 +320,8 @@ describe("remoting configuration", () => {
           .toEqual(["ReliableConfigError", "remoteConsumer.port"])
         expect(yield* tagOf(Consumer.make({ name: "c", producer: "p", payload: Order, remoteProducer: { host, port: 70_000 } })))
           .toEqual(["ReliableConfigError", "remoteProducer.port"])
-        expect(yield* tagOf(Consumer.makeEndpoint({ name: "w", producer: "d", payload: Order, remoteProducer: { host, port: 7000 } }, "Worker", ["WorkProducer"])))
+        const worker = { name: "w", producer: "d", payload: Order, remoteProducer: { host, port: 7000 } }
+        expect(yield* tagOf(WorkPulling.worker(worker as WorkPulling.WorkerOptions<Order, Order>)))
           .toEqual(["ReliableConfigError", "remoteProducer"])
         yield* Producer.make({ name: "p", consumer: "c", payload: Order, remoteConsumer: { host, port: 7000 } })
       }))

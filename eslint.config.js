@@ -1,5 +1,19 @@
 import tseslint from "typescript-eslint"
 
+/**
+ * The public modules are the files directly under src/ (src/Producer.ts, src/ReliableSystem.ts...).
+ * The controllers and every internal module sit below them and must not import them back: what
+ * they share with the public modules lives in src/internal/ (e.g. `SystemInternals`).
+ */
+const noUpwardImports = (publicModule) => ({
+  "no-restricted-imports": ["error", {
+    patterns: [{
+      regex: publicModule,
+      message: "Controllers and internal modules must not import the public modules under src/; move what they need into src/internal/."
+    }]
+  }]
+})
+
 export default tseslint.config(
   { ignores: ["dist/**", "node_modules/**", "coverage/**", ".bench-build/**", ".bench-tmp/**"] },
   ...tseslint.configs.recommended,
@@ -11,5 +25,7 @@ export default tseslint.config(
       "@typescript-eslint/no-empty-object-type": "off",
       "no-constant-condition": "off"
     }
-  }
+  },
+  { files: ["src/Controller/*.ts", "src/internal/*.ts"], rules: noUpwardImports("^\\.\\./[^/]+$") },
+  { files: ["src/*/internal/*.ts"], rules: noUpwardImports("^\\.\\./\\.\\./[^/]+$") }
 )

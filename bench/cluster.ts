@@ -12,11 +12,9 @@
  *   first confirmation (unit "ms"), with the relocation time and the lease in the note.
  */
 import { PgClient } from "@effect/sql-pg"
-import { SqlClient } from "@effect/sql/SqlClient"
 import { Deferred, Duration, Effect, Layer, Redacted, Schedule } from "effect"
 import type { Scope } from "effect"
 import * as ChildProcess from "node:child_process"
-import { randomUUID } from "node:crypto"
 import * as Readline from "node:readline"
 import { fileURLToPath } from "node:url"
 import * as Cluster from "../src/Cluster.js"
@@ -25,6 +23,7 @@ import * as ReliableSystem from "../src/ReliableSystem.js"
 import * as SocketTransport from "../src/Transport/SocketTransport.js"
 import * as WorkPulling from "../src/WorkPulling.js"
 import { BenchJob } from "./clusterJob.js"
+import { dropTables, freshPrefix } from "./pgTables.js"
 import { heapAfterGcMiB, peakRssMiB } from "./Row.js"
 import type { Row } from "./Row.js"
 
@@ -84,15 +83,9 @@ const spawnNode = (env: Record<string, string>): Effect.Effect<BenchNode, Error,
 
 /** Fresh table names, dropped afterwards; the client for this process. */
 const freshTables = Effect.gen(function*() {
-  const prefix = `bench_${randomUUID().replaceAll("-", "").slice(0, 12)}_`
+  const prefix = freshPrefix()
   const client = yield* Layer.build(PgClient.layer({ url: Redacted.make(pgUrl), connectTimeout: Duration.seconds(5) }))
-  const sql = yield* Effect.provide(SqlClient, client)
-  yield* Effect.addFinalizer(() =>
-    Effect.ignore(Effect.forEach(
-      ["cluster_endpoints", "cluster_nodes", "cluster_migrations", "work_entries", "work_queues", "migrations"],
-      (table) => sql`DROP TABLE IF EXISTS ${sql(`${prefix}${table}`)}`
-    ))
-  )
+  yield* Effect.addFinalizer(() => Effect.provide(dropTables(prefix), client))
   return { prefix, client }
 })
 
@@ -116,7 +109,7 @@ export const crossNode = (jobs: number, window = 250): Effect.Effect<Row, unknow
         Layer.provide(Layer.succeedContext(client))
       )
     )
-    const queue = yield* Effect.provide(SqlWorkQueue.make({ queueName: "bench-cluster", tablePrefix: prefix }), client)
+    const queue = yield* Effect.provide(SqlWorkQueue.makeWorkSql({ queueName: "bench-cluster", tablePrefix: prefix }), client)
     const producer = yield* Effect.provide(WorkPulling.producer({ name: "bench-dispatcher", payload: BenchJob, durableWorkQueue: queue }), member)
     workers.forEach((worker, index) => worker.send(`WORKER bench-worker-${index} bench-dispatcher`))
     const stats = Effect.provide(WorkPulling.stats("bench-dispatcher"), member)

@@ -33,7 +33,7 @@ const say = (line: string) => process.stdout.write(`${line}\n`)
 
 const dispatcher = Cluster.relocatable("dispatcher", (name: string) =>
   Effect.gen(function*() {
-    const queue = yield* SqlWorkQueue.make({ queueName: name, tablePrefix: prefix })
+    const queue = yield* SqlWorkQueue.makeWorkSql({ queueName: name, tablePrefix: prefix })
     const producer = yield* WorkPulling.producer({ name, payload: BenchJob, durableWorkQueue: queue, deliveryConfirmation: true })
     say(`STARTED ${name} ${Date.now()}`)
     const confirmations = yield* producer.subscribeConfirmations

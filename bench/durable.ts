@@ -15,13 +15,14 @@ import * as SqlProducerQueue from "../src/DurableQueue/SqlProducerQueue.js"
 import * as Producer from "../src/Producer.js"
 import * as ReliableSystem from "../src/ReliableSystem.js"
 import * as MemoryTransport from "../src/Transport/MemoryTransport.js"
+import { dropTables } from "./pgTables.js"
 import { measure } from "./Row.js"
 
 const Order = Schema.Struct({ orderId: Schema.Number, customer: Schema.String })
 
 const flow = (messages: number, window: number, batch: number, tablePrefix: string) =>
   Effect.gen(function*() {
-    const queue = yield* SqlProducerQueue.make({ queueName: "bench", tablePrefix })
+    const queue = yield* SqlProducerQueue.makeSql({ queueName: "bench", tablePrefix })
     const producer = yield* Producer.make({ name: "bench-out", consumer: "bench-in", payload: Order, durableQueue: queue })
     const consumer = yield* Consumer.make({ name: "bench-in", producer: "bench-out", payload: Order, window })
     const done = yield* Deferred.make<void>()
@@ -56,13 +57,7 @@ const pgUrl = process.env.RELIABLE_PG_URL ?? "postgres://postgres@127.0.0.1:5432
 
 const postgres = <A, E>(effect: (prefix: string) => Effect.Effect<A, E, SqlClient | ReliableSystem.ReliableSystem>) => {
   const prefix = `bench_${Date.now().toString(36)}_`
-  const drop = Effect.gen(function*() {
-    const sql = yield* SqlClient
-    for (const table of ["producer_entries", "producer_queues", "work_entries", "work_queues", "migrations"]) {
-      yield* sql`DROP TABLE IF EXISTS ${sql(`${prefix}${table}`)}`
-    }
-  })
-  return Effect.ensuring(effect(prefix), Effect.ignore(drop)).pipe(
+  return Effect.ensuring(effect(prefix), dropTables(prefix)).pipe(
     Effect.provide(Layer.merge(system, PgClient.layer({ url: Redacted.make(pgUrl), connectTimeout: Duration.seconds(5) })))
   )
 }

@@ -4,14 +4,13 @@
  * stored, accepted and confirmed in the database). Each function returns one `Row`.
  */
 import { PgClient } from "@effect/sql-pg"
-import { SqlClient } from "@effect/sql/SqlClient"
 import { Deferred, Duration, Effect, Layer, Redacted, Schema } from "effect"
-import { randomUUID } from "node:crypto"
 import type { DurableWorkQueueService } from "../src/DurableQueue/DurableWorkQueue.js"
 import * as SqlWorkQueue from "../src/DurableQueue/SqlWorkQueue.js"
 import * as ReliableSystem from "../src/ReliableSystem.js"
 import * as MemoryTransport from "../src/Transport/MemoryTransport.js"
 import * as WorkPulling from "../src/WorkPulling.js"
+import { dropTables, freshPrefix } from "./pgTables.js"
 import { measure } from "./Row.js"
 
 const Job = Schema.Struct({ jobId: Schema.Number, kind: Schema.String })
@@ -59,14 +58,10 @@ export const pgUrl = process.env.RELIABLE_PG_URL ?? "postgres://postgres@127.0.0
 /** The PostgreSQL work queue on fresh, randomly named tables that are dropped afterwards. */
 const withPgQueue = <A, E>(use: (queue: DurableWorkQueueService) => Effect.Effect<A, E>) =>
   Effect.gen(function*() {
-    const suffix = randomUUID().replaceAll("-", "").slice(0, 12)
-    const tablePrefix = `bench_${suffix}_`
+    const tablePrefix = freshPrefix()
     const context = yield* Layer.build(PgClient.layer({ url: Redacted.make(pgUrl), connectTimeout: Duration.seconds(5) }))
-    const sql = yield* Effect.provide(SqlClient, context)
-    yield* Effect.addFinalizer(() =>
-      Effect.ignore(Effect.forEach(["work_entries", "work_queues", "migrations"], (table) => sql`DROP TABLE IF EXISTS ${sql(`${tablePrefix}${table}`)}`))
-    )
-    const queue = yield* Effect.provide(SqlWorkQueue.make({ queueName: `bench-${suffix}`, tablePrefix }), context)
+    yield* Effect.addFinalizer(() => Effect.provide(dropTables(tablePrefix), context))
+    const queue = yield* Effect.provide(SqlWorkQueue.makeWorkSql({ queueName: "bench", tablePrefix }), context)
     return yield* use(queue)
   }).pipe(Effect.scoped)
 

@@ -3,13 +3,14 @@
  * default postgres://postgres@127.0.0.1:5432/test).
  *
  * Run without arguments, this file is the operator: it starts three cluster nodes as child
- * processes on 127.0.0.1, all sharing one registry (PostgreSQL tables with a fresh prefix). Every
- * node hosts a worker and registers the relocatable factory "dispatcher": a work-pulling producer
- * whose jobs are kept in a durable PostgreSQL work queue. Node 1 creates the dispatcher
- * (`Cluster.spawn`); the workers of all three nodes pull jobs from it. Mid-flow the operator kills
- * node 1 with SIGKILL. Its lease runs out, exactly one surviving node re-creates the dispatcher
- * through the same factory, the new dispatcher reloads the queue under a fresh epoch and
- * dispatches the jobs that were accepted but not confirmed, and the surviving workers finish.
+ * processes on 127.0.0.1, all sharing one registry (PostgreSQL tables with a fresh prefix, dropped
+ * when the operator ends). Every node hosts a worker and registers the relocatable factory
+ * "dispatcher": a work-pulling producer whose jobs are kept in a durable PostgreSQL work queue.
+ * Node 1 creates the dispatcher (`Cluster.spawn`); the workers of all three nodes pull jobs from
+ * it. Mid-flow the operator kills node 1 with SIGKILL. Its lease runs out, exactly one surviving
+ * node re-creates the dispatcher through the same factory, the new dispatcher reloads the queue
+ * under a fresh epoch and dispatches the jobs that were accepted but not confirmed, and the
+ * surviving workers finish.
  *
  * What to expect: every job is processed; the jobs node 1's worker or dispatcher had in flight
  * when it died are processed again (at least once: handlers must be idempotent).
@@ -21,7 +22,7 @@ import * as ChildProcess from "node:child_process"
 import { randomUUID } from "node:crypto"
 import * as Readline from "node:readline"
 import { fileURLToPath } from "node:url"
-import { Cluster, DurableQueue, ReliableSystem, Transport, WorkPulling } from "../src/index.js"
+import { Cluster, DurableQueue, ReliableSystem, Transport, WorkPulling } from "effect-reliable"
 
 const Job = Schema.Struct({ jobId: Schema.Number, task: Schema.String })
 const jobs = 3_000
@@ -91,13 +92,18 @@ const waitFor = (what: string, condition: () => boolean) =>
     const check = setInterval(() => condition() && (clearInterval(check), resolve()), 5)
   })).pipe(Effect.timeoutFail({ duration: "60 seconds", onTimeout: () => new Error(`timed out waiting for ${what}`) }))
 
+/** Drops every table this run created: all of them start with its prefix. */
 const dropTables = (tablePrefix: string) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient
-    for (const table of ["cluster_endpoints", "cluster_nodes", "cluster_migrations", "work_entries", "work_queues", "migrations"]) {
-      yield* sql`DROP TABLE IF EXISTS ${sql(`${tablePrefix}${table}`)}`
-    }
-  }).pipe(Effect.provide(PgClient.layer({ url: Redacted.make(pgUrl) })), Effect.ignore)
+    const tables = yield* sql<{ readonly tablename: string }>`
+      SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND starts_with(tablename, ${tablePrefix})`
+    for (const { tablename } of tables) yield* sql`DROP TABLE IF EXISTS ${sql(tablename)}`
+    yield* Console.log(`dropped the tables ${tablePrefix}*`)
+  }).pipe(
+    Effect.provide(PgClient.layer({ url: Redacted.make(pgUrl) })),
+    Effect.catchAllCause((cause) => Effect.logError(`could not drop the tables ${tablePrefix}*`, cause))
+  )
 
 const operator = Effect.gen(function*() {
   const tablePrefix = `example_${randomUUID().replaceAll("-", "").slice(0, 8)}_`

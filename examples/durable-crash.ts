@@ -6,20 +6,23 @@
  * postgres://postgres@127.0.0.1:5432/test), lets it send part of the orders, kills it with
  * SIGKILL, then starts a second publisher process on the same queue and address. The second one
  * reloads what the first stored, redelivers what was not confirmed, resubmits its whole source
- * (the queue recognises every order already stored: first write wins) and finishes.
+ * (the queue recognises every order already stored: first write wins) and finishes. The
+ * queue's tables have a fresh prefix per run and are dropped at the end.
  */
 import { PgClient } from "@effect/sql-pg"
 import { SqlClient } from "@effect/sql/SqlClient"
 import { Console, Deferred, Duration, Effect, Layer, Redacted, Schema } from "effect"
 import * as ChildProcess from "node:child_process"
+import { randomUUID } from "node:crypto"
 import { fileURLToPath } from "node:url"
-import { Consumer, DurableQueue, Producer, ReliableSystem, Transport } from "../src/index.js"
+import { Consumer, DurableQueue, Producer, ReliableSystem, Transport } from "effect-reliable"
 
 const OrderCreated = Schema.Struct({ orderId: Schema.Number, customer: Schema.String })
 const orders = 5_000
 const host = "127.0.0.1"
 const pgUrl = process.env.RELIABLE_PG_URL ?? "postgres://postgres@127.0.0.1:5432/test"
-const tablePrefix = "example_crash_"
+// A fresh prefix per run, so runs never share tables; the processor drops them at the end.
+const tablePrefix = process.argv[2] === "publisher" ? process.argv[5] : `example_crash_${randomUUID().replaceAll("-", "").slice(0, 8)}_`
 
 /** The publisher process: sends every order (its "source" never forgets one) through PostgreSQL. */
 const publisher = (port: number, processorPort: number) =>
@@ -49,16 +52,21 @@ const publisher = (port: number, processorPort: number) =>
   )
 
 const spawnPublisher = (port: number, processorPort: number) =>
-  ChildProcess.spawn(process.execPath, ["--import", "tsx", fileURLToPath(import.meta.url), "publisher", String(port), String(processorPort)], {
+  ChildProcess.spawn(process.execPath, ["--import", "tsx", fileURLToPath(import.meta.url), "publisher", String(port), String(processorPort), tablePrefix], {
     stdio: ["ignore", "inherit", "inherit"]
   })
 
+/** Drops every table of this run (they all start with its prefix), after the publishers are gone. */
+const dropTables = Effect.gen(function*() {
+  const sql = yield* SqlClient
+  const tables = yield* sql<{ readonly tablename: string }>`
+    SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND starts_with(tablename, ${tablePrefix})`
+  for (const { tablename } of tables) yield* sql`DROP TABLE IF EXISTS ${sql(tablename)}`
+}).pipe(Effect.catchAllCause((cause) => Effect.logError(`could not drop the tables ${tablePrefix}*`, cause)))
+
 /** The processor (this process): idempotent by messageId, records what it saw. */
 const processor = Effect.gen(function*() {
-  const sql = yield* SqlClient
-  for (const table of ["producer_entries", "producer_queues", "migrations"]) {
-    yield* sql`DROP TABLE IF EXISTS ${sql(`${tablePrefix}${table}`)}`
-  }
+  yield* Effect.addFinalizer(() => dropTables)
   const publisherPort = 17_000 + Math.floor(Math.random() * 20_000)
   const consumer = yield* Consumer.make({
     name: "order-processor",
@@ -84,6 +92,7 @@ const processor = Effect.gen(function*() {
   const processorPort = Number(transport.node.split(":")[1])
 
   const first = spawnPublisher(publisherPort, processorPort)
+  yield* Effect.addFinalizer(() => Effect.sync(() => first.kill("SIGKILL")))
   yield* Deferred.await(half)
   first.kill("SIGKILL")
   yield* Console.log(`publisher 1 killed with SIGKILL after ${processed.size} of ${orders} orders were processed`)

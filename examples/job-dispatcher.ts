@@ -6,7 +6,7 @@
  * each worker did and checks that every job was done.
  */
 import { Console, Deferred, Duration, Effect, ExecutionStrategy, Exit, Layer, Schema, Scope } from "effect"
-import { ReliableSystem, Transport, WorkPulling } from "../src/index.js"
+import { ReliableSystem, Transport, WorkPulling } from "effect-reliable"
 
 const Thumbnail = Schema.Struct({ imageId: Schema.Number, width: Schema.Int })
 

@@ -15,7 +15,7 @@ import * as ChildProcess from "node:child_process"
 import * as Net from "node:net"
 import * as Readline from "node:readline"
 import { fileURLToPath } from "node:url"
-import { Consumer, Producer, ReliableSystem, Transport } from "../src/index.js"
+import { Consumer, Producer, ReliableSystem, Transport } from "effect-reliable"
 
 const OrderCreated = Schema.Struct({ orderId: Schema.Number, customer: Schema.String })
 const orders = 5_000

@@ -11,7 +11,7 @@ import { Console, Deferred, Duration, Effect, Layer, Schema } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { Consumer, DurableQueue, Producer, ReliableSystem, Transport } from "../src/index.js"
+import { Consumer, DurableQueue, Producer, ReliableSystem, Transport } from "effect-reliable"
 
 const OrderCreated = Schema.Struct({
   orderId: Schema.Number,

@@ -18,11 +18,14 @@ import { Duration, Effect } from "effect"
 import type { Option } from "effect"
 import type { ClusterPlacementError, ClusterRegistryError } from "./Cluster/ClusterErrors.js"
 import type { ClusterNode, ClusterRecordStatus } from "./Cluster/ClusterRegistry.js"
+import * as Config from "./Protocol/Config.js"
 import { ReliableClusterRequired } from "./Protocol/Errors.js"
+import type { ReliableConfigError } from "./Protocol/Errors.js"
 import { ReliableSystem } from "./ReliableSystem.js"
 
 export { ClusterPlacementError, ClusterRegistryError, ReliableOwnershipLost } from "./Cluster/ClusterErrors.js"
 export type { PlacementRefusal } from "./Cluster/ClusterErrors.js"
+export type { EndpointKind } from "./Protocol/WireMessage.js"
 export { ClusterRegistry } from "./Cluster/ClusterRegistry.js"
 export type {
   ClaimRequest,
@@ -33,13 +36,13 @@ export type {
   ClusterRegistryService,
   PlaceResult
 } from "./Cluster/ClusterRegistry.js"
-export { DefaultLease } from "./Cluster/internal/ClusterMember.js"
-export type { ClusterOptions } from "./Cluster/internal/ClusterMember.js"
-export { layerMemory, make as makeMemory } from "./Cluster/MemoryClusterRegistry.js"
-export { layer as layerPg, make as makePg } from "./Cluster/PgClusterRegistry.js"
+export type { ClusterOptions } from "./Cluster/ClusterOptions.js"
+export { layerMemory, makeMemory } from "./Cluster/MemoryClusterRegistry.js"
+export { layerPg, makePg } from "./Cluster/PgClusterRegistry.js"
 export type { PgClusterRegistryOptions } from "./Cluster/PgClusterRegistry.js"
 export { relocatable } from "./Cluster/Relocatable.js"
 export type { Relocatable, RelocatableFactory } from "./Cluster/Relocatable.js"
+export { DefaultLease } from "./Protocol/Config.js"
 export { ReliableClusterRequired } from "./Protocol/Errors.js"
 
 export interface SpawnOptions {
@@ -48,6 +51,8 @@ export interface SpawnOptions {
   /** How long to wait for that node to start it; default two leases. */
   readonly timeout?: Duration.DurationInput
 }
+
+const spawnKeys = Config.optionKeys<SpawnOptions>({ node: true, timeout: true })
 
 const clusterOf = (operation: string) =>
   Effect.flatMap(ReliableSystem, (system) =>
@@ -66,20 +71,25 @@ const clusterOf = (operation: string) =>
  * the whole cluster. When it already runs (same name, same factory), `spawn` only waits for it
  * to be started, wherever it is. Fails with `ReliableClusterRequired` on a system that is not
  * clustered, and with `ClusterPlacementError` when the node is not a live member, lacks the
- * factory, another endpoint holds the name, or the node did not start it in time.
+ * factory, another endpoint holds the name, or the node did not start it in time; with
+ * `ReliableConfigError` on a bad option.
  */
 export const spawn = (
   key: string,
   name: string,
   options: SpawnOptions = {}
-): Effect.Effect<void, ReliableClusterRequired | ClusterPlacementError | ClusterRegistryError, ReliableSystem> =>
-  Effect.flatMap(clusterOf("Cluster.spawn"), (member) =>
-    member.spawn(
-      key,
-      name,
-      options.node ?? member.node,
-      Duration.decode(options.timeout ?? Duration.millis(2 * member.leaseMs))
-    ))
+): Effect.Effect<
+  void,
+  ReliableClusterRequired | ClusterPlacementError | ClusterRegistryError | ReliableConfigError,
+  ReliableSystem
+> =>
+  Effect.gen(function*() {
+    yield* Config.checkKeys("Cluster.spawn", options, spawnKeys)
+    const member = yield* clusterOf("Cluster.spawn")
+    const node = options.node === undefined ? member.node : yield* Config.checkName("node", options.node)
+    const timeout = yield* Config.checkInterval("timeout", options.timeout, Duration.millis(2 * member.leaseMs))
+    return yield* member.spawn(key, name, node, timeout)
+  })
 
 /**
  * Retires the relocatable endpoint `name` for good: no node re-creates it any more, and the node

@@ -3,17 +3,30 @@
  * time and confirms each after the handler succeeds; `deliveries` hands them out as a Stream
  * for full control, each with its own `confirm`.
  */
-import type { Effect, Scope } from "effect"
+import { Effect } from "effect"
+import type { Scope } from "effect"
 import * as ConsumerEndpoint from "./internal/ConsumerEndpoint.js"
 import type { Consumer, ConsumerOptions } from "./internal/ConsumerEndpoint.js"
+import * as Config from "./Protocol/Config.js"
 import type { ReliableEndpointConfigError } from "./Protocol/Errors.js"
 import type { ReliableSystem } from "./ReliableSystem.js"
 
 export type { Consumer, ConsumerOptions } from "./internal/ConsumerEndpoint.js"
 export type { ConsumerStats } from "./Controller/ConsumerController.js"
 
+const consumerKeys = Config.optionKeys<ConsumerOptions<unknown, unknown>>({
+  name: true,
+  producer: true,
+  payload: true,
+  window: true,
+  resendInterval: true,
+  lendPayloads: true,
+  remoteProducer: true,
+  drainTimeout: true
+})
+
 /** A point-to-point consumer endpoint. */
 export const make = <A, I>(
   options: ConsumerOptions<A, I>
 ): Effect.Effect<Consumer<A>, ReliableEndpointConfigError, ReliableSystem | Scope.Scope> =>
-  ConsumerEndpoint.make(options, "Consumer", ["Producer"])
+  Effect.zipRight(Config.checkKeys("Consumer.make", options, consumerKeys), ConsumerEndpoint.make(options, "Consumer", ["Producer"]))

@@ -9,10 +9,12 @@ import * as ProducerController from "./Controller/ProducerController.js"
 import type { DurableProducerQueueService } from "./DurableQueue/DurableProducerQueue.js"
 import * as ProducerEndpoint from "./internal/ProducerEndpoint.js"
 import * as Config from "./Protocol/Config.js"
-import { ReliableConfigError } from "./Protocol/Errors.js"
 import type { ReliableEndpointConfigError } from "./Protocol/Errors.js"
 import * as PayloadCodec from "./Protocol/PayloadCodec.js"
 import { ReliableSystem } from "./ReliableSystem.js"
+
+export type { ProduceError } from "./Controller/internal/ProducerCalls.js"
+export type { ProducerStats } from "./Controller/ProducerController.js"
 
 export interface ProducerOptions<A, I> {
   /** This endpoint's name, unique on its system. */
@@ -55,21 +57,34 @@ export interface ProducerOptions<A, I> {
 }
 
 export type { Message, Producer, SendError, SendOptions } from "./internal/ProducerEndpoint.js"
-export type { ProduceError, ProducerStats } from "./Controller/ProducerController.js"
 
-/** A point-to-point producer refuses the work-pulling durable queue (its watermark cannot hold per-job confirmations). */
-const checkNoWorkQueue = (options: object) =>
-  (options as { readonly durableWorkQueue?: unknown }).durableWorkQueue === undefined
-    ? Effect.void
-    : Effect.fail(new ReliableConfigError({
-      option: "durableWorkQueue",
-      message: "durableWorkQueue is for work-pulling producers (WorkPulling.producer); a point-to-point producer persists with durableQueue"
-    }))
+const producerKeys = Config.optionKeys<ProducerOptions<unknown, unknown>>({
+  name: true,
+  consumer: true,
+  payload: true,
+  deliveryConfirmation: true,
+  retryInterval: true,
+  chunkSize: true,
+  durableQueue: true,
+  queueRetry: true,
+  queueTimeout: true,
+  queueBackoff: true,
+  drainTimeout: true,
+  remoteConsumer: true
+})
 
+/** Unknown options are refused; the work-pulling durable queue with why (its watermark cannot hold per-job confirmations). */
+const checkKeys = (options: object) =>
+  Config.checkKeys("Producer.make", options, producerKeys, {
+    durableWorkQueue: "durableWorkQueue is for work-pulling producers (WorkPulling.producer); a point-to-point producer persists with durableQueue"
+  })
+
+/** Checks the options of a producer endpoint. */
 const checkOptions = <A, I>(options: ProducerOptions<A, I>) =>
-  Effect.zipRight(checkNoWorkQueue(options), Effect.all({
+  Effect.zipRight(Effect.zipRight(checkKeys(options), Config.checkSchema("payload", options.payload)), Effect.all({
     name: Config.checkName("name", options.name),
     consumer: Config.checkName("consumer", options.consumer),
+    deliveryConfirmation: Config.checkFlag("deliveryConfirmation", options.deliveryConfirmation),
     retryInterval: Config.checkInterval("retryInterval", options.retryInterval, Config.DefaultRetryInterval),
     chunkSize: Config.checkChunkSize(options.chunkSize),
     queueRetry: Config.checkQueuePolicy(options),
@@ -92,7 +107,7 @@ export const make = <A, I>(
     const settings: ProducerController.ProducerSettings = {
       endpoint: checked.name,
       consumer: checked.consumer,
-      deliveryConfirmation: options.deliveryConfirmation ?? false,
+      deliveryConfirmation: checked.deliveryConfirmation,
       retryInterval: checked.retryInterval,
       chunkSize: checked.chunkSize,
       durableQueue: options.durableQueue,

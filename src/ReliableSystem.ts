@@ -8,69 +8,29 @@
 import { Context, Duration, Effect, Layer, PubSub, Scope, Stream } from "effect"
 import type { Queue } from "effect"
 import type { ClusterRegistryError } from "./Cluster/ClusterErrors.js"
+import type { ClusterOptions } from "./Cluster/ClusterOptions.js"
 import { ClusterRegistry } from "./Cluster/ClusterRegistry.js"
 import * as ClusterMember from "./Cluster/internal/ClusterMember.js"
 import type { ReliableConfigError } from "./Protocol/Errors.js"
 import { EndpointRegistry } from "./internal/EndpointRegistry.js"
-import type { EndpointRecord } from "./internal/EndpointRegistry.js"
 import * as NodeLookup from "./internal/NodeLookup.js"
-import type { LookupStats } from "./internal/NodeLookup.js"
-import { DefaultLookupTimeout } from "./Protocol/Config.js"
+import { ReliableSystem } from "./internal/ReliableSystemTag.js"
+import type { ReliableSystemService } from "./internal/ReliableSystemTag.js"
+import type { SystemInternals } from "./internal/SystemInternals.js"
+import * as Config from "./Protocol/Config.js"
 import { EndpointNotFound } from "./Protocol/Errors.js"
 import type { ReliableDeliveryFailed } from "./Protocol/Failure.js"
 import type { ReliableHealthEvent } from "./Protocol/Health.js"
 import { Transport } from "./Transport/Transport.js"
-import type { TransportService } from "./Transport/Transport.js"
+
+export { ReliableSystem } from "./internal/ReliableSystemTag.js"
+export type { ReliableSystemService } from "./internal/ReliableSystemTag.js"
+export type { SystemInternals } from "./internal/SystemInternals.js"
 
 export interface ReliableSystemOptions {
   /** How long a peer lookup may take; default 500ms. */
   readonly lookupTimeout?: Duration.DurationInput
 }
-
-/** Parts the endpoint modules of this library use; not part of the public contract. */
-export interface SystemInternals {
-  readonly transport: TransportService
-  readonly registry: EndpointRegistry
-  /**
-   * Finds an endpoint's record: in this system's registry, or, when `node` names another node,
-   * by asking that node (a remoting-only flow). Undefined when unknown or unanswered in time.
-   */
-  readonly lookup: (name: string, node?: string | undefined) => Effect.Effect<EndpointRecord | undefined>
-  /** Counters of lookups asked of and served to other nodes. */
-  readonly lookupStats: () => LookupStats
-  /** True when peers are resolved through a cluster registry (peer addresses are rejected then). */
-  readonly clustered: boolean
-  /** The node's cluster membership; undefined on a system that is not clustered. */
-  readonly cluster: ClusterMember.ClusterMember | undefined
-  readonly publishFailure: (failure: ReliableDeliveryFailed) => void
-  readonly publishHealth: (event: ReliableHealthEvent) => void
-  /** A fresh id for incarnations and sessions, unique across processes. */
-  readonly newId: () => string
-}
-
-export interface ReliableSystemService {
-  /** This node's transport address. */
-  readonly node: string
-  /** Every `ReliableDeliveryFailed` published after the stream is subscribed. */
-  readonly failures: Stream.Stream<ReliableDeliveryFailed>
-  /** A subscription for the life of the scope: every failure published from now on. */
-  readonly subscribeFailures: Effect.Effect<Queue.Dequeue<ReliableDeliveryFailed>, never, Scope.Scope>
-  /**
-   * `ReliableDegraded` when an endpoint's durable queue stops answering (its calls are retried
-   * and the flow heals by itself), `ReliableRecovered` when it answers again: one of each per
-   * outage, published after the stream is subscribed.
-   */
-  readonly health: Stream.Stream<ReliableHealthEvent>
-  /** A subscription for the life of the scope: every health event published from now on. */
-  readonly subscribeHealth: Effect.Effect<Queue.Dequeue<ReliableHealthEvent>, never, Scope.Scope>
-  /** Replaces an endpoint's controller with a fresh one (new session; new epoch when durable). */
-  readonly respawn: (name: string) => Effect.Effect<void, EndpointNotFound>
-  /** The names of the endpoints this system hosts. */
-  readonly endpointNames: Effect.Effect<ReadonlyArray<string>>
-  readonly internal: SystemInternals
-}
-
-export class ReliableSystem extends Context.Tag("effect-reliable/ReliableSystem")<ReliableSystem, ReliableSystemService>() {}
 
 const makeIdSource = (): (() => string) => {
   const prefix = Math.floor(Math.random() * 36 ** 8).toString(36).padStart(8, "0")
@@ -78,11 +38,22 @@ const makeIdSource = (): (() => string) => {
   return () => `${prefix}${(++counter).toString(36)}`
 }
 
-export const make = (options: ReliableSystemOptions = {}): Effect.Effect<ReliableSystemService, never, Transport | Scope.Scope> =>
-  build<never>(options, undefined)
+const systemKeys = Config.optionKeys<ReliableSystemOptions>({ lookupTimeout: true })
+
+export const make = (
+  options: ReliableSystemOptions = {}
+): Effect.Effect<ReliableSystemService, ReliableConfigError, Transport | Scope.Scope> =>
+  Effect.zipRight(Config.checkKeys("ReliableSystem.layer", options, systemKeys), build<never>(options, undefined))
 
 /** Options of a cluster member: the system's options plus leases and relocatable factories. */
-export interface ClusterSystemOptions<R = never> extends ReliableSystemOptions, ClusterMember.ClusterOptions<R> {}
+export interface ClusterSystemOptions<R = never> extends ReliableSystemOptions, ClusterOptions<R> {}
+
+const clusterSystemKeys = Config.optionKeys<ClusterSystemOptions<unknown>>({
+  lookupTimeout: true,
+  lease: true,
+  renewInterval: true,
+  relocatable: true
+})
 
 /**
  * A system that is a member of the cluster whose registry is in context (use it with
@@ -97,6 +68,7 @@ export const makeCluster = <R = never>(
   Transport | ClusterRegistry | Scope.Scope | Exclude<R, ReliableSystem | Scope.Scope>
 > =>
   Effect.gen(function*() {
+    yield* Config.checkKeys("ReliableSystem.layerCluster", options, clusterSystemKeys)
     const registry = yield* ClusterRegistry
     // The user's services for the factories; never the build's own scope (a factory runs in the
     // scope of its endpoint's stay on this node).
@@ -118,13 +90,13 @@ interface ClusterJoin<E> {
 const build = <E>(
   options: ReliableSystemOptions,
   cluster: ClusterJoin<E> | undefined
-): Effect.Effect<ReliableSystemService, E, Transport | Scope.Scope> =>
+): Effect.Effect<ReliableSystemService, E | ReliableConfigError, Transport | Scope.Scope> =>
   Effect.gen(function*() {
+    const lookupTimeout = yield* Config.checkInterval("lookupTimeout", options.lookupTimeout, Config.DefaultLookupTimeout)
     const transport = yield* Transport
     const registry = new EndpointRegistry()
     const failures = yield* Effect.acquireRelease(PubSub.sliding<ReliableDeliveryFailed>(1024), PubSub.shutdown)
     const health = yield* Effect.acquireRelease(PubSub.sliding<ReliableHealthEvent>(1024), PubSub.shutdown)
-    const lookupTimeout = Duration.decode(options.lookupTimeout ?? DefaultLookupTimeout)
     const newId = makeIdSource()
     const nodes = yield* NodeLookup.make({ transport, registry, timeout: lookupTimeout, newId })
     const member = cluster === undefined ? undefined : yield* cluster.join({ transport, endpoints: registry, nodes, newId })
@@ -161,7 +133,7 @@ const build = <E>(
   })
 
 /** One reliable system on the provided transport. */
-export const layer = (options: ReliableSystemOptions = {}): Layer.Layer<ReliableSystem, never, Transport> =>
+export const layer = (options: ReliableSystemOptions = {}): Layer.Layer<ReliableSystem, ReliableConfigError, Transport> =>
   Layer.scoped(ReliableSystem, make(options))
 
 /** A cluster member on the registry and transport provided (see `makeCluster`). */

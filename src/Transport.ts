@@ -5,15 +5,17 @@
  */
 export { Transport } from "./Transport/Transport.js"
 export type { TransportService, TransportStats } from "./Transport/Transport.js"
+export type { ControllerAddress } from "./Protocol/Address.js"
+export type { Envelope, WireMessage } from "./Protocol/WireMessage.js"
 export { layerHub, layerMemory, layerMemoryNode, MemoryHub } from "./Transport/MemoryTransport.js"
-export { FaultInjector, layerFaulty, layerWrap as layerWithFaults } from "./Transport/FaultyTransport.js"
+export { FaultInjector, layerFaulty, layerWithFaults } from "./Transport/FaultyTransport.js"
 export type { FaultOptions, FaultStats } from "./Transport/FaultyTransport.js"
 export {
   defaultReconnect,
   DefaultOutgoingBufferBytes,
   FrameTooLarge,
   layerSocket,
-  make as makeSocket,
+  makeSocket,
   MaxFrameSize,
   MinFrameSize,
   SocketTransportError

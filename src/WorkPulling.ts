@@ -74,48 +74,51 @@ export interface WorkerOptions<A, I> {
   readonly drainTimeout?: Duration.DurationInput
 }
 
-const producerOptions: ReadonlySet<string> = new Set([
-  "name",
-  "payload",
-  "durableWorkQueue",
-  "deliveryConfirmation",
-  "retryInterval",
-  "queueRetry",
-  "queueTimeout",
-  "queueBackoff",
-  "drainTimeout"
-])
+const producerKeys = Config.optionKeys<ProducerOptions<unknown, unknown>>({
+  name: true,
+  payload: true,
+  durableWorkQueue: true,
+  deliveryConfirmation: true,
+  retryInterval: true,
+  queueRetry: true,
+  queueTimeout: true,
+  queueBackoff: true,
+  drainTimeout: true
+})
+
+const noPeerAddresses = "work-pulling does not support peer addresses; a worker set spanning nodes requires cluster mode"
 
 /** Options a point-to-point producer takes that a work-pulling producer refuses, and why. */
-const refused: Readonly<Record<string, string>> = {
+const refusedByProducer: Readonly<Record<string, string>> = {
   chunkSize: "work-pulling producers do not chunk payloads; send payloads that fit one message",
   durableQueue: "a work-pulling producer persists jobs with durableWorkQueue: workers complete jobs out of order, " +
     "which a point-to-point queue's cumulative confirmation watermark cannot express",
   consumer: "a work-pulling producer names no peer: workers name the producer and register with it",
-  remoteConsumer: "work-pulling does not support peer addresses; a worker set spanning nodes requires cluster mode"
+  remoteConsumer: noPeerAddresses
 }
 
-/** Any option a work-pulling producer does not take is a configuration error, not silently ignored. */
-const checkKeys = (options: object): Effect.Effect<void, ReliableConfigError> => {
-  for (const [key, value] of Object.entries(options)) {
-    if (producerOptions.has(key) || value === undefined) continue
-    return Effect.fail(new ReliableConfigError({
-      option: key,
-      message: refused[key] ?? `work-pulling producers take no option "${key}"`
-    }))
-  }
-  return Effect.void
-}
+const workerKeys = Config.optionKeys<WorkerOptions<unknown, unknown>>({
+  name: true,
+  producer: true,
+  payload: true,
+  window: true,
+  resendInterval: true,
+  drainTimeout: true
+})
 
 /** Checks the options of a work-pulling producer. */
 const checkProducerOptions = <A, I>(options: ProducerOptions<A, I>) =>
   Effect.zipRight(
-    checkKeys(options),
+    Effect.zipRight(
+      Config.checkKeys("WorkPulling.producer", options, producerKeys, refusedByProducer),
+      Config.checkSchema("payload", options.payload)
+    ),
     Effect.all({
       name: Config.checkName("name", options.name),
+      deliveryConfirmation: Config.checkFlag("deliveryConfirmation", options.deliveryConfirmation),
       retryInterval: Config.checkInterval("retryInterval", options.retryInterval, Config.DefaultRetryInterval),
       queueRetry: Config.checkQueuePolicy(options),
-    drainTimeout: Config.checkDrainTimeout(options.drainTimeout)
+      drainTimeout: Config.checkDrainTimeout(options.drainTimeout)
     })
   )
 
@@ -133,7 +136,7 @@ export const producer = <A, I>(
     const codec = PayloadCodec.make(options.payload)
     const settings: WorkPullingController.WorkPullingSettings = {
       endpoint: checked.name,
-      deliveryConfirmation: options.deliveryConfirmation ?? false,
+      deliveryConfirmation: checked.deliveryConfirmation,
       retryInterval: checked.retryInterval,
       durableQueue: options.durableWorkQueue,
       queueRetry: checked.queueRetry,
@@ -161,7 +164,10 @@ export const producer = <A, I>(
 export const worker = <A, I>(
   options: WorkerOptions<A, I>
 ): Effect.Effect<Consumer.Consumer<A>, ReliableEndpointConfigError, ReliableSystem | Scope.Scope> =>
-  ConsumerEndpoint.make(options, "Worker", ["WorkProducer"])
+  Effect.zipRight(
+    Config.checkKeys("WorkPulling.worker", options, workerKeys, { remoteProducer: noPeerAddresses }),
+    ConsumerEndpoint.make(options, "Worker", ["WorkProducer"])
+  )
 
 /**
  * What the work-pulling producer `name` of the system in context holds right now: bound workers

@@ -23,8 +23,8 @@ export {
   ReliablePeerClusterConflict,
   ReliablePeerRemotingRequired
 } from "./Protocol/Errors.js"
-export type { ReliableEndpointConfigError } from "./Protocol/Errors.js"
-export type { PeerAddress } from "./Protocol/Config.js"
+export type { ProducerContractReason, ReliableEndpointConfigError } from "./Protocol/Errors.js"
+export type { PeerAddress, QueueRetry } from "./Protocol/Config.js"
 export { ClusterPlacementError, ClusterRegistryError, ReliableOwnershipLost } from "./Cluster/ClusterErrors.js"
 export { ReliableDeliveryFailed } from "./Protocol/Failure.js"
 export { ReliableDegraded, ReliableRecovered } from "./Protocol/Health.js"

@@ -223,7 +223,7 @@ describe("chunking (memory transport)", () => {
         expect(RecyclingTransports.recyclable(node)).toBe(true)
         // A wrapper (here a recording one) is a transport of its own, and the fault injector holds envelopes.
         expect(RecyclingTransports.recyclable({ ...node })).toBe(false)
-        const faulty = yield* FaultyTransport.layerWrap({ seed: 1 }).pipe(
+        const faulty = yield* FaultyTransport.layerWithFaults({ seed: 1 }).pipe(
           Layer.provide(Layer.succeed(Transport, node)),
           Layer.build,
           Effect.map((context) => Context.get(context, Transport))

@@ -71,7 +71,7 @@ describe("a producer-side controller whose scope has closed", () => {
         deliveryConfirmation: false,
         retryInterval: Duration.millis(100),
         chunkSize: undefined,
-        durableQueue: yield* MemoryProducerQueue.make,
+        durableQueue: yield* MemoryProducerQueue.makeMemory,
         queueRetry,
         drainTimeout: Duration.seconds(1)
       }, codec, system, keepGrants(offered)).pipe(Scope.extend(scope))
@@ -89,7 +89,7 @@ describe("a producer-side controller whose scope has closed", () => {
         endpoint: "jobs",
         deliveryConfirmation: false,
         retryInterval: Duration.millis(100),
-        durableQueue: yield* MemoryWorkQueue.make,
+        durableQueue: yield* MemoryWorkQueue.makeWorkMemory,
         queueRetry,
         drainTimeout: Duration.seconds(1)
       }, codec, system, keepGrants(offered)).pipe(Scope.extend(scope))

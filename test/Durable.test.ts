@@ -52,7 +52,7 @@ const nextGrant = (producer: Producer.Producer<Order>) =>
 describe("durable point-to-point", () => {
   it.scoped("a respawned producer reloads and redelivers every stored, unconfirmed message before new ones", () =>
     Effect.gen(function*() {
-      const queue = yield* MemoryProducerQueue.make
+      const queue = yield* MemoryProducerQueue.makeMemory
       const producer = yield* durableProducer(queue)
       const seen: Array<{ messageId: string; id: number }> = []
       const consumerScope = yield* startConsumer(seen)
@@ -76,7 +76,7 @@ describe("durable point-to-point", () => {
 
   it.scoped("a resubmission after a crash gets its original seq and is not dispatched twice", () =>
     Effect.gen(function*() {
-      const queue = yield* MemoryProducerQueue.make
+      const queue = yield* MemoryProducerQueue.makeMemory
       const producer = yield* durableProducer(queue)
       const seen: Array<{ messageId: string; id: number }> = []
       yield* startConsumer(seen)
@@ -110,7 +110,7 @@ describe("durable point-to-point", () => {
 
   it.scoped("a restart after everything was confirmed resumes at the right seq and grants demand once", () =>
     Effect.gen(function*() {
-      const queue = yield* MemoryProducerQueue.make
+      const queue = yield* MemoryProducerQueue.makeMemory
       const producer = yield* durableProducer(queue)
       const seen: Array<{ messageId: string; id: number }> = []
       yield* startConsumer(seen)
@@ -130,7 +130,7 @@ describe("durable point-to-point", () => {
 
   it.scoped("stores before Stored, accepts before emitting, and coalesces confirmations to the highest watermark", () =>
     Effect.gen(function*() {
-      const watched = spy(yield* MemoryProducerQueue.make)
+      const watched = spy(yield* MemoryProducerQueue.makeMemory)
       watched.delay("confirm", 300)
       const producer = yield* durableProducer(watched.queue)
       const seen: Array<{ messageId: string; id: number }> = []
@@ -160,7 +160,7 @@ describe("durable point-to-point", () => {
       ["accept", "Accept"]
     ] as const)("a QueueConflict from %s is terminal: one event at that stage, the endpoint stays usable", ([operation, stage]) =>
       Effect.gen(function*() {
-        const watched = spy(yield* MemoryProducerQueue.make)
+        const watched = spy(yield* MemoryProducerQueue.makeMemory)
         const failures = yield* ReliableSystem.subscribeFailures
         const producer = yield* durableProducer(watched.queue)
         const seen: Array<{ messageId: string; id: number }> = []
@@ -182,7 +182,7 @@ describe("durable point-to-point", () => {
 
     it.scoped("a QueueConflict while persisting a confirmation is terminal at stage Confirm", () =>
       Effect.gen(function*() {
-        const watched = spy(yield* MemoryProducerQueue.make)
+        const watched = spy(yield* MemoryProducerQueue.makeMemory)
         const failures = yield* ReliableSystem.subscribeFailures
         const producer = yield* durableProducer(watched.queue)
         const seen: Array<{ messageId: string; id: number }> = []
@@ -196,7 +196,7 @@ describe("durable point-to-point", () => {
 
     it.scoped("a backend error is retried under queueRetry; once retries run out the controller restarts and reloads", () =>
       Effect.gen(function*() {
-        const watched = spy(yield* MemoryProducerQueue.make)
+        const watched = spy(yield* MemoryProducerQueue.makeMemory)
         const failures = yield* ReliableSystem.subscribeFailures
         const producer = yield* durableProducer(watched.queue, { queueRetry: { attempts: 3, interval: "100 millis" } })
         const seen: Array<{ messageId: string; id: number }> = []
@@ -220,7 +220,7 @@ describe("durable point-to-point", () => {
 
     it.scoped("a reload that keeps failing is retried until the queue answers: one degraded and one recovered event, no failure", () =>
       Effect.gen(function*() {
-        const watched = spy(yield* MemoryProducerQueue.make)
+        const watched = spy(yield* MemoryProducerQueue.makeMemory)
         const failures = yield* ReliableSystem.subscribeFailures
         const health = yield* ReliableSystem.subscribeHealth
         const producer = yield* durableProducer(watched.queue, { queueRetry: { attempts: 2, interval: "100 millis" } })
@@ -244,7 +244,7 @@ describe("durable point-to-point", () => {
 
     it.scoped("a stale producer incarnation on a shared queue is fenced and publishes a terminal event", () =>
       Effect.gen(function*() {
-        const queue = yield* MemoryProducerQueue.make
+        const queue = yield* MemoryProducerQueue.makeMemory
         const hub = MemoryTransport.makeHub()
         const nodeSystem = (node: string) =>
           ReliableSystem.make().pipe(Effect.provideService(Transport, MemoryTransport.makeNode(hub, node)))

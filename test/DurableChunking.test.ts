@@ -260,7 +260,7 @@ const onSqlite = (scenario: Scenario) => {
   const filename = join(tmpdir(), `effect-reliable-chunks-${uniqueSuffix()}.db`)
   return Effect.gen(function*() {
     const context = yield* Layer.build(SqliteClient.layer({ filename }))
-    const queue = yield* Effect.provide(SqlProducerQueue.make({ queueName: `chunks-${uniqueSuffix()}` }), context)
+    const queue = yield* Effect.provide(SqlProducerQueue.makeSql({ queueName: `chunks-${uniqueSuffix()}` }), context)
     yield* scenario(queue)
   }).pipe(
     Effect.ensuring(Effect.sync(() => {
@@ -272,7 +272,7 @@ const onSqlite = (scenario: Scenario) => {
 describe("durable chunking", () => {
   describe("memory queue", () => {
     it.scoped.each(scenarios)("%s", ([, scenario]) =>
-      Effect.flatMap(MemoryProducerQueue.make, scenario).pipe(Effect.provide(system())))
+      Effect.flatMap(MemoryProducerQueue.makeMemory, scenario).pipe(Effect.provide(system())))
   })
 
   describe("SQLite file", () => {

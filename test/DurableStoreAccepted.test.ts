@@ -79,7 +79,7 @@ const pointToPoint = (queue: DurableProducerQueueService, messages: number) =>
 describe("durable store-and-accept on the everyday path", () => {
   it.scoped("send: one storeAccepted per message, no separate store or accept", () =>
     Effect.gen(function*() {
-      const { calls, queue } = watchedProducerQueue(yield* MemoryProducerQueue.make, true)
+      const { calls, queue } = watchedProducerQueue(yield* MemoryProducerQueue.makeMemory, true)
       const { all, producer, seen } = yield* pointToPoint(queue, 5)
       for (const id of all) yield* producer.send({ id })
       yield* advanceUntil(() => seen.length === all.length, 50, 5_000)
@@ -92,7 +92,7 @@ describe("durable store-and-accept on the everyday path", () => {
 
   it.scoped("sendAll: one storeAccepted per batch", () =>
     Effect.gen(function*() {
-      const { calls, queue } = watchedProducerQueue(yield* MemoryProducerQueue.make, true)
+      const { calls, queue } = watchedProducerQueue(yield* MemoryProducerQueue.makeMemory, true)
       const { all, producer, seen } = yield* pointToPoint(queue, 10)
       yield* producer.sendAll(all.map((id) => ({ payload: { id } })))
       yield* advanceUntil(() => seen.length === all.length, 50, 5_000)
@@ -103,7 +103,7 @@ describe("durable store-and-accept on the everyday path", () => {
 
   it.scoped("a queue without storeAccepted gets a store, then an accept", () =>
     Effect.gen(function*() {
-      const { calls, queue } = watchedProducerQueue(yield* MemoryProducerQueue.make, false)
+      const { calls, queue } = watchedProducerQueue(yield* MemoryProducerQueue.makeMemory, false)
       const { all, producer, seen } = yield* pointToPoint(queue, 3)
       for (const id of all) yield* producer.send({ id })
       yield* advanceUntil(() => seen.length === all.length, 50, 5_000)
@@ -113,7 +113,7 @@ describe("durable store-and-accept on the everyday path", () => {
 
   it.scoped("a storeAccepted that committed but lost its answer is retried, and the message still goes out", () =>
     Effect.gen(function*() {
-      const { calls, loseNext, queue } = watchedProducerQueue(yield* MemoryProducerQueue.make, true)
+      const { calls, loseNext, queue } = watchedProducerQueue(yield* MemoryProducerQueue.makeMemory, true)
       const { producer, seen } = yield* pointToPoint(queue, 2)
       yield* producer.send({ id: 0 })
       loseNext()
@@ -129,7 +129,7 @@ describe("durable store-and-accept on the everyday path", () => {
 
   it.scoped("work-pulling: one storeAccepted per batch, and a lost answer loses no job", () =>
     Effect.gen(function*() {
-      const { calls, loseNext, queue } = watchedWorkQueue(yield* MemoryWorkQueue.make)
+      const { calls, loseNext, queue } = watchedWorkQueue(yield* MemoryWorkQueue.makeWorkMemory)
       const producer = yield* WorkPulling.producer({ name: "d", payload: Order, durableWorkQueue: queue, retryInterval: "100 millis" })
       const worker = yield* WorkPulling.worker({ name: "w", producer: "d", payload: Order, window: 20 })
       const done: Array<number> = []

@@ -50,7 +50,7 @@ describe("EndpointClosed", () => {
   it.scoped("durable and work-pulling producers fail their waiting senders the same way", () =>
     Effect.gen(function*() {
       const scope = yield* Scope.make()
-      const durable = yield* Producer.make({ name: "p", consumer: "c", payload: Order, durableQueue: yield* MemoryProducerQueue.make }).pipe(Scope.extend(scope))
+      const durable = yield* Producer.make({ name: "p", consumer: "c", payload: Order, durableQueue: yield* MemoryProducerQueue.makeMemory }).pipe(Scope.extend(scope))
       const pool = yield* WorkPulling.producer({ name: "w", payload: Order }).pipe(Scope.extend(scope))
       const waiting = yield* Effect.forEach([durable.send({ id: 1 }), pool.send({ id: 2 })], Effect.fork)
       yield* settle

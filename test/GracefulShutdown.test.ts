@@ -60,14 +60,14 @@ const restart = <Q>(app: (queue: Q, seen: Array<number>) => Effect.Effect<unknow
 describe("graceful shutdown", () => {
   it.scoped("point-to-point: a clean restart redelivers none of the 200 confirmed messages", () =>
     Effect.gen(function*() {
-      const queue = yield* MemoryProducerQueue.make
+      const queue = yield* MemoryProducerQueue.makeMemory
       expect((yield* runOnce(pointToPoint, queue)).length).toBe(200)
       expect(yield* restart(pointToPoint, queue)).toEqual([])
     }))
 
   it.scoped("point-to-point: a handler still working at shutdown finishes and is confirmed; the restart redelivers nothing", () =>
     Effect.gen(function*() {
-      const queue = yield* MemoryProducerQueue.make
+      const queue = yield* MemoryProducerQueue.makeMemory
       const gate = yield* Deferred.make<void>()
       const started: Array<number> = []
       const done: Array<number> = []
@@ -95,7 +95,7 @@ describe("graceful shutdown", () => {
 
   it.scoped("work-pulling: a clean restart redelivers none of the 200 confirmed jobs", () =>
     Effect.gen(function*() {
-      const queue = yield* MemoryWorkQueue.make
+      const queue = yield* MemoryWorkQueue.makeWorkMemory
       expect((yield* runOnce(workPulling, queue)).length).toBe(200)
       expect(yield* restart(workPulling, queue)).toEqual([])
     }))

@@ -19,7 +19,7 @@ const system = () => ReliableSystem.layer().pipe(Layer.provideMerge(MemoryTransp
 describe("group commit", () => {
   it.scoped("200 concurrent senders on a durable producer share store-and-accept steps, each answered in arrival order", () =>
     Effect.gen(function*() {
-      const watched = spy(yield* MemoryProducerQueue.make, { fused: true })
+      const watched = spy(yield* MemoryProducerQueue.makeMemory, { fused: true })
       watched.delay("storeAccepted", 5)
       const producer = yield* Producer.make({ name: "p", consumer: "c", payload: Order, durableQueue: watched.queue })
       const consumer = yield* Consumer.make({ name: "c", producer: "p", payload: Order, window: 1000 })
@@ -40,7 +40,7 @@ describe("group commit", () => {
 
   it.scoped("a repeated id among waiting senders answers as one by one would: the first write wins", () =>
     Effect.gen(function*() {
-      const watched = spy(yield* MemoryProducerQueue.make, { fused: true })
+      const watched = spy(yield* MemoryProducerQueue.makeMemory, { fused: true })
       watched.delay("storeAccepted", 5)
       const producer = yield* Producer.make({ name: "p", consumer: "c", payload: Order, durableQueue: watched.queue })
       const consumer = yield* Consumer.make({ name: "c", producer: "p", payload: Order, window: 1000 })

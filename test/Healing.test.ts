@@ -20,7 +20,7 @@ const system = () => ReliableSystem.layer().pipe(Layer.provideMerge(MemoryTransp
 
 const flow = (options: { readonly fused?: boolean } = {}) =>
   Effect.gen(function*() {
-    const watched = spy(yield* MemoryProducerQueue.make, options)
+    const watched = spy(yield* MemoryProducerQueue.makeMemory, options)
     const failures = yield* ReliableSystem.subscribeFailures
     const health = yield* ReliableSystem.subscribeHealth
     const producer = yield* Producer.make({ name: "p", consumer: "c", payload: Order, durableQueue: watched.queue })

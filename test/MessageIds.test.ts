@@ -61,12 +61,12 @@ const checkIds = (makeQueue: Effect.Effect<DurableProducerQueueService, unknown,
 
 const sqlQueue = (client: Layer.Layer<any>, tablePrefix: string) =>
   Effect.map(
-    Layer.build(SqlProducerQueue.layer({ queueName: `ids-${uniqueSuffix()}`, tablePrefix }).pipe(Layer.provide(client))),
+    Layer.build(SqlProducerQueue.layerSql({ queueName: `ids-${uniqueSuffix()}`, tablePrefix }).pipe(Layer.provide(client))),
     (context) => Context.get(context, DurableProducerQueue)
   )
 
 describe("message ids", () => {
-  it.scoped("memory: bad ids refused alike, the longest id stored and delivered", () => checkIds(MemoryProducerQueue.make))
+  it.scoped("memory: bad ids refused alike, the longest id stored and delivered", () => checkIds(MemoryProducerQueue.makeMemory))
 
   const filename = join(tmpdir(), `effect-reliable-ids-${uniqueSuffix()}.db`)
   const sqlite = sharedClient(() => SqliteClient.layer({ filename }), Effect.sync(() => {

@@ -320,7 +320,8 @@ describe("remoting configuration", () => {
           .toEqual(["ReliableConfigError", "remoteConsumer.port"])
         expect(yield* tagOf(Consumer.make({ name: "c", producer: "p", payload: Order, remoteProducer: { host, port: 70_000 } })))
           .toEqual(["ReliableConfigError", "remoteProducer.port"])
-        expect(yield* tagOf(WorkPulling.worker({ name: "w", producer: "d", payload: Order, remoteProducer: { host, port: 7000 } } as WorkPulling.WorkerOptions<typeof Order.Type, typeof Order.Encoded>)))
+        const worker = { name: "w", producer: "d", payload: Order, remoteProducer: { host, port: 7000 } }
+        expect(yield* tagOf(WorkPulling.worker(worker as WorkPulling.WorkerOptions<Order, Order>)))
           .toEqual(["ReliableConfigError", "remoteProducer"])
         yield* Producer.make({ name: "p", consumer: "c", payload: Order, remoteConsumer: { host, port: 7000 } })
       }))

@@ -207,7 +207,7 @@ const rows: ReadonlyArray<Row> = [
     seedDefault: "3 attempts, 100ms",
     observed: "a failing store is tried 3 times 100ms apart, then the controller restarts (loads again)",
     check: Effect.gen(function*() {
-      const watched = spy(yield* MemoryProducerQueue.make)
+      const watched = spy(yield* MemoryProducerQueue.makeMemory)
       const producer = yield* Producer.make({ name: "p", consumer: "c", payload: Payload, durableQueue: watched.queue })
       const endpoint = yield* consumer
       yield* Effect.forkScoped(endpoint.run(() => Effect.void))
@@ -228,7 +228,7 @@ const rows: ReadonlyArray<Row> = [
     seedDefault: "3 attempts, 100ms",
     observed: "a failing store is tried 3 times 100ms apart, then the controller restarts (loads again)",
     check: Effect.gen(function*() {
-      const watched = spyWork(yield* MemoryWorkQueue.make)
+      const watched = spyWork(yield* MemoryWorkQueue.makeWorkMemory)
       const producer = yield* WorkPulling.producer({ name: "p", payload: Payload, durableWorkQueue: watched.queue })
       const endpoint = yield* worker
       yield* Effect.forkScoped(endpoint.run(() => Effect.void))

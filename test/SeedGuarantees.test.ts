@@ -118,7 +118,7 @@ describe("point-to-point DeliveryConfirmed", () => {
   it.scoped("repeats, with the same store seq, when a reloaded message is confirmed again", () =>
     Effect.gen(function*() {
       // A queue whose watermark never lands: what a crash right after the consumer confirmed leaves.
-      const inner = yield* MemoryProducerQueue.make
+      const inner = yield* MemoryProducerQueue.makeMemory
       const queue: DurableProducerQueueService = { ...inner, confirm: () => Effect.void }
       const producer = yield* Producer.make({ name: "p", consumer: "c", payload: Order, durableQueue: queue, deliveryConfirmation: true })
       const notices = yield* producer.subscribeConfirmations
@@ -194,7 +194,7 @@ describe("point-to-point registration fencing, end to end", () => {
 describe("work-pulling: requeueing after a worker loss", () => {
   it.scoped("writes nothing to the durable queue; the survivor's confirmations are the only writes", () =>
     Effect.gen(function*() {
-      const watched = spyWork(yield* MemoryWorkQueue.make)
+      const watched = spyWork(yield* MemoryWorkQueue.makeWorkMemory)
       const producer = yield* WorkPulling.producer({ name: "dispatcher", payload: Order, durableWorkQueue: watched.queue })
       const lostScope = yield* Scope.make()
       // A lost worker: its scope closes at once, without waiting for its handler.

@@ -115,7 +115,7 @@ const races = (backend: string, fresh: () => Effect.Effect<DurableWorkQueueServi
 }
 
 describe("durable work-pulling: a confirmation racing a store of the same job", () => {
-  races("memory", () => MemoryWorkQueue.make)
+  races("memory", () => MemoryWorkQueue.makeWorkMemory)
 
   races("SQLite", () =>
     Effect.gen(function*() {
@@ -126,7 +126,7 @@ describe("durable work-pulling: a confirmation racing a store of the same job", 
         })
       )
       const context = yield* Layer.build(SqliteClient.layer({ filename }))
-      return yield* Effect.provide(SqlWorkQueue.make({ queueName: `race-${uniqueSuffix()}` }), context)
+      return yield* Effect.provide(SqlWorkQueue.makeWorkSql({ queueName: `race-${uniqueSuffix()}` }), context)
     }))
 })
 
@@ -138,6 +138,6 @@ describePostgres(probe, "durable work-pulling on PostgreSQL: a confirmation raci
       const tablePrefix = `race_${uniqueSuffix()}_`
       const context = yield* Layer.build(pgClientLayer())
       yield* Effect.addFinalizer(() => Effect.orDie(Effect.provide(dropTables(tablePrefix), context)))
-      return yield* Effect.provide(SqlWorkQueue.make({ queueName: `race-${uniqueSuffix()}`, tablePrefix }), context)
+      return yield* Effect.provide(SqlWorkQueue.makeWorkSql({ queueName: `race-${uniqueSuffix()}`, tablePrefix }), context)
     }))
 })

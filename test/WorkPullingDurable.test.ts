@@ -99,13 +99,13 @@ const reloadScenario = (queue: DurableWorkQueueService) =>
 
 describe("work-pulling with a durable work queue", () => {
   it.scoped("memory: a respawned producer re-dispatches exactly the accepted, unconfirmed jobs", () =>
-    Effect.flatMap(MemoryWorkQueue.make, reloadScenario).pipe(Effect.provide(system())))
+    Effect.flatMap(MemoryWorkQueue.makeWorkMemory, reloadScenario).pipe(Effect.provide(system())))
 
   it.scoped("SQLite file: a respawned producer re-dispatches exactly the accepted, unconfirmed jobs", () => {
     const filename = join(tmpdir(), `effect-reliable-wp-${uniqueSuffix()}.db`)
     return Effect.gen(function*() {
       const context = yield* Layer.build(SqliteClient.layer({ filename }))
-      const queue = yield* Effect.provide(SqlWorkQueue.make({ queueName: `jobs-${uniqueSuffix()}` }), context)
+      const queue = yield* Effect.provide(SqlWorkQueue.makeWorkSql({ queueName: `jobs-${uniqueSuffix()}` }), context)
       yield* reloadScenario(queue)
     }).pipe(
       Effect.provide(system()),
@@ -118,7 +118,7 @@ describe("work-pulling with a durable work queue", () => {
   it.scoped("DeliveryConfirmed repeats, with the same store seq, when a reloaded job is confirmed again", () =>
     Effect.gen(function*() {
       // A queue whose confirmations never land: what a crash right after the worker confirmed leaves.
-      const inner = yield* MemoryWorkQueue.make
+      const inner = yield* MemoryWorkQueue.makeWorkMemory
       const queue: DurableWorkQueueService = { ...inner, confirmMessage: () => Effect.void, confirmBatch: () => Effect.void }
       const producer = yield* WorkPulling.producer({ name: "dispatcher", payload: Job, durableWorkQueue: queue, deliveryConfirmation: true })
       const confirmations = yield* producer.subscribeConfirmations
@@ -140,7 +140,7 @@ describe("work-pulling with a durable work queue", () => {
     type Operation = keyof DurableWorkQueueService
     /** A memory queue whose operations fail while `failing(operation)` says so. */
     const failingQueue = (failing: (operation: Operation) => DurableQueueError | undefined) =>
-      Effect.map(MemoryWorkQueue.make, (queue): DurableWorkQueueService => {
+      Effect.map(MemoryWorkQueue.makeWorkMemory, (queue): DurableWorkQueueService => {
         const wrap = <Args extends ReadonlyArray<unknown>, A, E>(operation: Operation, call: (...args: Args) => Effect.Effect<A, E>) =>
         (...args: Args): Effect.Effect<A, E | DurableQueueError> =>
           Effect.suspend((): Effect.Effect<A, E | DurableQueueError> => {
@@ -190,7 +190,7 @@ describe("work-pulling with a durable work queue", () => {
     it.scoped("a newer load fences the controller: QueueFenced at the next store is terminal; respawn takes a fresh epoch", () =>
       Effect.gen(function*() {
         const failures = yield* ReliableSystem.subscribeFailures
-        const queue = yield* MemoryWorkQueue.make
+        const queue = yield* MemoryWorkQueue.makeWorkMemory
         const producer = yield* WorkPulling.producer({ name: "dispatcher", payload: Job, durableWorkQueue: queue })
         const done = yield* withWorker
         yield* Effect.forkScoped(producer.send({ n: 1 }, { messageId: "first" }))
@@ -257,7 +257,7 @@ describePostgres(probe, "work-pulling with a durable work queue on PostgreSQL", 
     return Effect.gen(function*() {
       const context = yield* Layer.build(pgClientLayer())
       yield* Effect.addFinalizer(() => Effect.orDie(Effect.provide(dropTables(tablePrefix), context)))
-      const queue = yield* Effect.provide(SqlWorkQueue.make({ queueName: `jobs-${uniqueSuffix()}`, tablePrefix }), context)
+      const queue = yield* Effect.provide(SqlWorkQueue.makeWorkSql({ queueName: `jobs-${uniqueSuffix()}`, tablePrefix }), context)
       yield* reloadScenario(queue)
     }).pipe(Effect.provide(system()))
   }, 60_000)

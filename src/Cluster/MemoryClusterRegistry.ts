@@ -133,7 +133,7 @@ export const makeWith = (clock: Clock.Clock): ClusterRegistryService => {
 }
 
 /** A fresh in-memory registry on the current clock. */
-export const make: Effect.Effect<ClusterRegistryService> = Effect.map(Effect.clock, makeWith)
+export const makeMemory: Effect.Effect<ClusterRegistryService> = Effect.map(Effect.clock, makeWith)
 
 /** One in-memory registry; build it once and provide it to every node of the process. */
-export const layerMemory: Layer.Layer<ClusterRegistry> = Layer.effect(ClusterRegistry, make)
+export const layerMemory: Layer.Layer<ClusterRegistry> = Layer.effect(ClusterRegistry, makeMemory)

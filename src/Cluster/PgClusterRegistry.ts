@@ -16,6 +16,8 @@ import { SqlClient } from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import type { Fragment, Identifier } from "@effect/sql/Statement"
 import { Effect, Layer, Option } from "effect"
+import * as Config from "../Protocol/Config.js"
+import type { ReliableConfigError } from "../Protocol/Errors.js"
 import type { EndpointKind } from "../Protocol/WireMessage.js"
 import { ClusterRegistryError } from "./ClusterErrors.js"
 import { ClusterRegistry } from "./ClusterRegistry.js"
@@ -34,6 +36,8 @@ export interface PgClusterRegistryOptions {
   /** Prefix of the registry's table names; default `reliable_`. */
   readonly tablePrefix?: string
 }
+
+const registryKeys = Config.optionKeys<PgClusterRegistryOptions>({ tablePrefix: true })
 
 interface RecordRow {
   readonly name: string
@@ -207,10 +211,12 @@ const wrap = (operation: string) => <A>(effect: Effect.Effect<A, SqlError>): Eff
   Effect.mapError(effect, (cause) => new ClusterRegistryError({ operation, cause }))
 
 /** Builds the registry on the `SqlClient` in context (PostgreSQL), running the migrations first. */
-export const make = (
+export const makePg = (
   options: PgClusterRegistryOptions = {}
-): Effect.Effect<ClusterRegistryService, ClusterRegistryError, SqlClient> =>
+): Effect.Effect<ClusterRegistryService, ClusterRegistryError | ReliableConfigError, SqlClient> =>
   Effect.gen(function*() {
+    yield* Config.checkKeys("Cluster.layerPg", options, registryKeys)
+    yield* Config.checkTablePrefix(options.tablePrefix)
     const sql = (yield* SqlClient).withoutTransforms()
     yield* sql.onDialectOrElse({
       pg: () => Effect.void,
@@ -242,5 +248,7 @@ export const make = (
   })
 
 /** The PostgreSQL registry as a layer; its tables are created (if missing) when it is built. */
-export const layer = (options: PgClusterRegistryOptions = {}): Layer.Layer<ClusterRegistry, ClusterRegistryError, SqlClient> =>
-  Layer.effect(ClusterRegistry, make(options))
+export const layerPg = (
+  options: PgClusterRegistryOptions = {}
+): Layer.Layer<ClusterRegistry, ClusterRegistryError | ReliableConfigError, SqlClient> =>
+  Layer.effect(ClusterRegistry, makePg(options))

@@ -4,7 +4,7 @@
  * dies, and create it on a named node (`Cluster.spawn`).
  */
 import type { Effect, Scope } from "effect"
-import type { ReliableSystem } from "../ReliableSystem.js"
+import type { ReliableSystem } from "../internal/ReliableSystemTag.js"
 
 /**
  * Creates the endpoint named `name` (a producer, consumer, worker or work-pulling producer made

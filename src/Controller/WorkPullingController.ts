@@ -10,12 +10,13 @@ import type { EndpointRecord } from "../internal/EndpointRegistry.js"
 import { sameAddress } from "../Protocol/Address.js"
 import type { ControllerAddress } from "../Protocol/Address.js"
 import type { PayloadCodec } from "../Protocol/PayloadCodec.js"
-import type { SystemInternals } from "../ReliableSystem.js"
+import type { SystemInternals } from "../internal/SystemInternals.js"
 import type { DurableWorkQueueService } from "../DurableQueue/DurableWorkQueue.js"
 import type { QueueRetryPolicy } from "./internal/LaneRunner.js"
 import * as ProducerShell from "./internal/ProducerShell.js"
 import type { ProducerController, ProducerHooks } from "./ProducerController.js"
 import * as WorkLane from "./WorkLane.js"
+import type { WorkPullingStats } from "./WorkPullingStats.js"
 import * as Machine from "./WorkPullingMachine.js"
 
 export interface WorkPullingSettings {
@@ -29,44 +30,7 @@ export interface WorkPullingSettings {
   readonly drainTimeout: Duration.Duration
 }
 
-/** One bound worker as the controller sees it. */
-export interface WorkerStats {
-  /** The worker endpoint's name. */
-  readonly worker: string
-  /** Jobs sent to the worker and not confirmed yet. */
-  readonly inFlight: number
-  /** Jobs the worker asked for beyond those it holds. */
-  readonly freeDemand: number
-  /** Jobs sent to this binding since it was made. */
-  readonly dispatched: number
-}
-
-export interface WorkPullingStats {
-  /** Workers bound now. */
-  readonly workers: number
-  /** Accepted jobs no worker holds. */
-  readonly pending: number
-  /** Each bound worker, in round-robin order. */
-  readonly perWorker: ReadonlyArray<WorkerStats>
-  /** Jobs sent to workers (a requeued job counts again). */
-  readonly dispatched: number
-  /** Jobs confirmed by workers (a job confirmed again after a reload counts again). */
-  readonly confirmed: number
-  /** Jobs put back into the pool because their binding ended. */
-  readonly requeued: number
-  /** Registrations the resolver did not vouch for, dropped without an answer. */
-  readonly fenced: number
-  /** Bindings ended because their worker's endpoint was gone. */
-  readonly workersGone: number
-  /** Bindings ended because a new incarnation of the worker registered. */
-  readonly workersReplaced: number
-  /** Bindings ended because their worker broke the protocol. */
-  readonly violations: number
-  /** Other inputs ignored as stale or unbound. */
-  readonly dropped: number
-  /** True while the durable work queue does not answer and its calls are being retried. */
-  readonly degraded: boolean
-}
+export type { WorkerStats, WorkPullingStats } from "./WorkPullingStats.js"
 
 export interface WorkPullingController<A> extends ProducerController<A> {
   readonly workStats: () => WorkPullingStats

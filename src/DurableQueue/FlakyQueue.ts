@@ -9,6 +9,8 @@ import type { DurableProducerQueueService, StoreRequest } from "./DurableProduce
 import type { DurableWorkQueueService } from "./DurableWorkQueue.js"
 import { QueueBackendError } from "./QueueErrors.js"
 import * as SeededRandom from "../internal/SeededRandom.js"
+import * as Config from "../Protocol/Config.js"
+import { ReliableConfigError } from "../Protocol/Errors.js"
 
 export interface FlakyOptions {
   /** Seeds the failure sequence. */
@@ -33,12 +35,25 @@ export class FlakyFailure extends Data.TaggedError("FlakyFailure")<{
   }
 }
 
-const makeFault = (options: FlakyOptions) => {
-  if (!(options.failureRate >= 0 && options.failureRate <= 1)) {
-    throw new RangeError(`failureRate must be within [0, 1], got ${options.failureRate}`)
-  }
-  const random = SeededRandom.make(options.seed)
-  const rate = options.failureRate
+const flakyKeys = Config.optionKeys<FlakyOptions>({ seed: true, failureRate: true, failLoad: true })
+
+/** Injects failures into one operation; the draws follow the order operations run in. */
+type Fault = <A, E, R>(operation: string, effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | QueueBackendError, R>
+
+const checkOptions = (constructor: string, options: FlakyOptions) =>
+  Effect.zipRight(
+    Config.checkKeys(constructor, options, flakyKeys),
+    Effect.all({
+      seed: Config.checkSeed("seed", options.seed),
+      failureRate: options.failureRate === undefined
+        ? Effect.fail(new ReliableConfigError({ option: "failureRate", message: "failureRate is required: a probability in [0, 1]" }))
+        : Config.checkProbability("failureRate", options.failureRate),
+      failLoad: Config.checkFlag("failLoad", options.failLoad ?? true)
+    })
+  )
+
+const makeFault = (seed: number, rate: number): Fault => {
+  const random = SeededRandom.make(seed)
   return <A, E, R>(operation: string, effect: Effect.Effect<A, E, R>): Effect.Effect<A, E | QueueBackendError, R> =>
     Effect.suspend(() => {
       // the draw happens when the operation runs, so the failure sequence follows the call order
@@ -56,18 +71,10 @@ const makeFault = (options: FlakyOptions) => {
     })
 }
 
-/**
- * Wraps a producer queue so that a seeded share of its operations fail (see `FlakyOptions`).
- * Throws a `RangeError` when `failureRate` is outside [0, 1].
- */
-export const flakyProducerQueue = (
-  queue: DurableProducerQueueService,
-  options: FlakyOptions
-): DurableProducerQueueService => {
-  const fault = makeFault(options)
+const wrapProducerQueue = (queue: DurableProducerQueueService, fault: Fault, failLoad: boolean): DurableProducerQueueService => {
   const storeAccepted = queue.storeAccepted
   return {
-    load: options.failLoad === false ? queue.load : fault("load", queue.load),
+    load: failLoad ? fault("load", queue.load) : queue.load,
     store: (epoch, request) => fault("store", queue.store(epoch, request)),
     storeChunked: (epoch, messageId, chunks) => fault("storeChunked", queue.storeChunked(epoch, messageId, chunks)),
     storeBatch: (epoch, requests) => fault("storeBatch", queue.storeBatch(epoch, requests)),
@@ -80,15 +87,10 @@ export const flakyProducerQueue = (
   }
 }
 
-/**
- * Wraps a work queue so that a seeded share of its operations fail (see `FlakyOptions`).
- * Throws a `RangeError` when `failureRate` is outside [0, 1].
- */
-export const flakyWorkQueue = (queue: DurableWorkQueueService, options: FlakyOptions): DurableWorkQueueService => {
-  const fault = makeFault(options)
+const wrapWorkQueue = (queue: DurableWorkQueueService, fault: Fault, failLoad: boolean): DurableWorkQueueService => {
   const storeAccepted = queue.storeAccepted
   return {
-    load: options.failLoad === false ? queue.load : fault("load", queue.load),
+    load: failLoad ? fault("load", queue.load) : queue.load,
     store: (epoch, request) => fault("store", queue.store(epoch, request)),
     storeBatch: (epoch, requests) => fault("storeBatch", queue.storeBatch(epoch, requests)),
     accept: (epoch, messageId) => fault("accept", queue.accept(epoch, messageId)),
@@ -100,3 +102,26 @@ export const flakyWorkQueue = (queue: DurableWorkQueueService, options: FlakyOpt
     })
   }
 }
+
+/** Checks the options, then wraps the queue with a fault injector seeded from them. */
+const flaky = <Q>(constructor: string, wrap: (queue: Q, fault: Fault, failLoad: boolean) => Q) =>
+(queue: Q, options: FlakyOptions): Effect.Effect<Q, ReliableConfigError> =>
+  Effect.map(checkOptions(constructor, options), (checked) => wrap(queue, makeFault(checked.seed, checked.failureRate), checked.failLoad))
+
+/**
+ * Wraps a producer queue so that a seeded share of its operations fail (see `FlakyOptions`).
+ * Fails with `ReliableConfigError` on a bad option (e.g. `failureRate` outside [0, 1]).
+ */
+export const flakyProducerQueue: (
+  queue: DurableProducerQueueService,
+  options: FlakyOptions
+) => Effect.Effect<DurableProducerQueueService, ReliableConfigError> = flaky("DurableQueue.flakyProducerQueue", wrapProducerQueue)
+
+/**
+ * Wraps a work queue so that a seeded share of its operations fail (see `FlakyOptions`).
+ * Fails with `ReliableConfigError` on a bad option (e.g. `failureRate` outside [0, 1]).
+ */
+export const flakyWorkQueue: (
+  queue: DurableWorkQueueService,
+  options: FlakyOptions
+) => Effect.Effect<DurableWorkQueueService, ReliableConfigError> = flaky("DurableQueue.flakyWorkQueue", wrapWorkQueue)

@@ -140,7 +140,7 @@ const confirm = (
 }
 
 /** A fresh, empty in-memory queue. */
-export const make: Effect.Effect<DurableProducerQueueService> = Effect.sync(() => {
+export const makeMemory: Effect.Effect<DurableProducerQueueService> = Effect.sync(() => {
   const state: State = { epoch: 0, currentSeq: 0, confirmedSeq: 0, messages: new Map(), live: [] }
   return {
     load: Effect.sync(() => load(state)),
@@ -155,4 +155,4 @@ export const make: Effect.Effect<DurableProducerQueueService> = Effect.sync(() =
 })
 
 /** A fresh in-memory queue per layer build. */
-export const layerMemory: Layer.Layer<DurableProducerQueue> = Layer.effect(DurableProducerQueue, make)
+export const layerMemory: Layer.Layer<DurableProducerQueue> = Layer.effect(DurableProducerQueue, makeMemory)

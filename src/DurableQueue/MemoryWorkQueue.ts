@@ -91,7 +91,7 @@ const confirm = (
 }
 
 /** A fresh, empty in-memory work queue. */
-export const make: Effect.Effect<DurableWorkQueueService> = Effect.sync(() => {
+export const makeWorkMemory: Effect.Effect<DurableWorkQueueService> = Effect.sync(() => {
   const state: State = { epoch: 0, currentSeq: 0, jobs: new Map(), open: new Map() }
   return {
     load: Effect.sync(() => load(state)),
@@ -106,4 +106,4 @@ export const make: Effect.Effect<DurableWorkQueueService> = Effect.sync(() => {
 })
 
 /** A fresh in-memory work queue per layer build. */
-export const layerMemory: Layer.Layer<DurableWorkQueue> = Layer.effect(DurableWorkQueue, make)
+export const layerWorkMemory: Layer.Layer<DurableWorkQueue> = Layer.effect(DurableWorkQueue, makeWorkMemory)

@@ -3,7 +3,7 @@
  * implementation in this package passes it; run it against your own store the same way:
  *
  * ```ts
- * import { producerQueueConformance } from "effect-reliable/ProducerQueueConformance"
+ * import { producerQueueConformance } from "effect-reliable/conformance"
  * producerQueueConformance("my store", MyQueue.layer) // a fresh, empty queue per build
  * ```
  *

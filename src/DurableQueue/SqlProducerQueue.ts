@@ -52,6 +52,8 @@ import {
 } from "./internal/SqlSupport.js"
 import type { QueueConflict, QueueFenced, QueueRejected } from "./QueueErrors.js"
 import { QueueBackendError } from "./QueueErrors.js"
+import * as Config from "../Protocol/Config.js"
+import type { ReliableConfigError } from "../Protocol/Errors.js"
 
 export interface SqlQueueOptions {
   /** The queue's name; every row of the queue is keyed by it. */
@@ -59,6 +61,16 @@ export interface SqlQueueOptions {
   /** The prefix of every table name (letters, digits, `_`); default `reliable_`. */
   readonly tablePrefix?: string | undefined
 }
+
+const sqlQueueKeys = Config.optionKeys<SqlQueueOptions>({ queueName: true, tablePrefix: true })
+
+/** Checks the options of a SQL queue (producer or work queue) before it touches the database. */
+export const checkSqlQueueOptions = (constructor: string, options: SqlQueueOptions): Effect.Effect<void, ReliableConfigError> =>
+  Effect.all([
+    Config.checkKeys(constructor, options, sqlQueueKeys),
+    Config.checkName("queueName", options.queueName),
+    Config.checkTablePrefix(options.tablePrefix)
+  ], { discard: true })
 
 // ---- rows ------------------------------------------------------------------------------------
 
@@ -489,10 +501,11 @@ const confirm = (
 // ---- the service -----------------------------------------------------------------------------
 
 /** Builds a SQL producer queue named `options.queueName`, running the migrations first. */
-export const make = (
+export const makeSql = (
   options: SqlQueueOptions
-): Effect.Effect<DurableProducerQueueService, QueueBackendError, SqlClient> =>
+): Effect.Effect<DurableProducerQueueService, QueueBackendError | ReliableConfigError, SqlClient> =>
   Effect.gen(function*() {
+    yield* checkSqlQueueOptions("DurableQueue.makeSql", options)
     const sql = (yield* SqlClient).withoutTransforms()
     yield* dialectOf(sql)
     const t = yield* tables(options.tablePrefix)
@@ -517,6 +530,7 @@ export const make = (
   })
 
 /** The SQL producer queue as a layer; the tables are created (if missing) when it is built. */
-export const layer = (
+export const layerSql = (
   options: SqlQueueOptions
-): Layer.Layer<DurableProducerQueue, QueueBackendError, SqlClient> => Layer.effect(DurableProducerQueue, make(options))
+): Layer.Layer<DurableProducerQueue, QueueBackendError | ReliableConfigError, SqlClient> =>
+  Layer.effect(DurableProducerQueue, makeSql(options))

@@ -50,7 +50,9 @@ import type { JobState, StoredJob } from "./internal/WorkQueueRules.js"
 import * as Rules from "./internal/WorkQueueRules.js"
 import type { QueueConflict, QueueFenced, QueueRejected } from "./QueueErrors.js"
 import { QueueBackendError } from "./QueueErrors.js"
+import { checkSqlQueueOptions } from "./SqlProducerQueue.js"
 import type { SqlQueueOptions } from "./SqlProducerQueue.js"
+import type { ReliableConfigError } from "../Protocol/Errors.js"
 
 export type { SqlQueueOptions } from "./SqlProducerQueue.js"
 
@@ -403,10 +405,11 @@ const advance = (
 // ---- the service -----------------------------------------------------------------------------
 
 /** Builds a SQL work queue named `options.queueName`, running the migrations first. */
-export const make = (
+export const makeWorkSql = (
   options: SqlQueueOptions
-): Effect.Effect<DurableWorkQueueService, QueueBackendError, SqlClient> =>
+): Effect.Effect<DurableWorkQueueService, QueueBackendError | ReliableConfigError, SqlClient> =>
   Effect.gen(function*() {
+    yield* checkSqlQueueOptions("DurableQueue.makeWorkSql", options)
     const sql = (yield* SqlClient).withoutTransforms()
     yield* dialectOf(sql)
     const t = yield* tables(options.tablePrefix)
@@ -425,6 +428,7 @@ export const make = (
   })
 
 /** The SQL work queue as a layer; the tables are created (if missing) when it is built. */
-export const layer = (
+export const layerWorkSql = (
   options: SqlQueueOptions
-): Layer.Layer<DurableWorkQueue, QueueBackendError, SqlClient> => Layer.effect(DurableWorkQueue, make(options))
+): Layer.Layer<DurableWorkQueue, QueueBackendError | ReliableConfigError, SqlClient> =>
+  Layer.effect(DurableWorkQueue, makeWorkSql(options))

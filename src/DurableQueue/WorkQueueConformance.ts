@@ -3,7 +3,7 @@
  * implementation in this package passes it; run it against your own store the same way:
  *
  * ```ts
- * import { workQueueConformance } from "effect-reliable/WorkQueueConformance"
+ * import { workQueueConformance } from "effect-reliable/conformance"
  * workQueueConformance("my store", MyWorkQueue.layer) // a fresh, empty queue per build
  * ```
  *

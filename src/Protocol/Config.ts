@@ -1,7 +1,7 @@
 /**
  * Option defaults and bounds, and the checks every endpoint constructor runs.
  */
-import { Duration, Effect } from "effect"
+import { Duration, Effect, Schema } from "effect"
 import { formatNode } from "./Address.js"
 import { ReliableConfigError, ReliablePeerClusterConflict, ReliablePeerRemotingRequired } from "./Errors.js"
 import type { ReliableEndpointConfigError } from "./Errors.js"
@@ -32,6 +32,8 @@ export const DefaultQueueBackoff: { readonly initial: Duration.Duration; readonl
 export const DefaultDrainTimeout: Duration.Duration = Duration.seconds(5)
 /** How long a peer lookup may take before it counts as unanswered. */
 export const DefaultLookupTimeout: Duration.Duration = Duration.millis(500)
+/** How long a cluster member stays a member without renewing its lease. */
+export const DefaultLease: Duration.Duration = Duration.seconds(3)
 
 /** Chunk size bounds: 1 KiB up to 16 MiB minus 64 KiB of envelope headroom. */
 export const MinChunkSize = 1024
@@ -50,6 +52,83 @@ export interface QueueBackoff {
 }
 
 const fail = (option: string, message: string) => Effect.fail(new ReliableConfigError({ option, message }))
+
+/** The option names of an options type, for `checkKeys`: the compiler keeps the list complete and exact. */
+export const optionKeys = <T>(keys: { readonly [K in keyof T]-?: true }): ReadonlySet<string> => new Set(Object.keys(keys))
+
+/**
+ * Refuses every option `allowed` does not name, so a misspelt option is an error rather than
+ * silently ignored; `refused` says why an option of a sibling constructor does not apply here.
+ * An option given as `undefined` counts as not given.
+ */
+export const checkKeys = (
+  constructor: string,
+  options: unknown,
+  allowed: ReadonlySet<string>,
+  refused: Readonly<Record<string, string>> = {}
+): Effect.Effect<void, ReliableConfigError> => {
+  if (typeof options !== "object" || options === null) {
+    return fail("options", `${constructor} takes an options object, got ${options === null ? "null" : typeof options}`)
+  }
+  for (const [key, value] of Object.entries(options)) {
+    if (allowed.has(key) || value === undefined) continue
+    return fail(key, refused[key] ?? `${constructor} takes no option "${key}" (its options: ${[...allowed].join(", ")})`)
+  }
+  return Effect.void
+}
+
+/** A payload option must be a Schema: every payload is encoded and decoded with it. */
+export const checkSchema = (option: string, value: unknown): Effect.Effect<void, ReliableConfigError> =>
+  Schema.isSchema(value) ? Effect.void : fail(option, `${option} must be a Schema (e.g. Schema.Struct({...})), got ${typeof value}`)
+
+/** A boolean option; absent means `false`. */
+export const checkFlag = (option: string, value: boolean | undefined): Effect.Effect<boolean, ReliableConfigError> =>
+  value === undefined || typeof value === "boolean"
+    ? Effect.succeed(value === true)
+    : fail(option, `${option} must be a boolean, got ${JSON.stringify(value)}`)
+
+/** A probability option in [0, 1]; absent means 0. */
+export const checkProbability = (option: string, value: number | undefined): Effect.Effect<number, ReliableConfigError> =>
+  value === undefined || (typeof value === "number" && value >= 0 && value <= 1)
+    ? Effect.succeed(value ?? 0)
+    : fail(option, `${option} must be a probability in [0, 1], got ${value}`)
+
+/** A seed for a seeded PRNG: any finite number (its low 32 bits are used). */
+export const checkSeed = (option: string, value: number): Effect.Effect<number, ReliableConfigError> =>
+  typeof value === "number" && Number.isFinite(value)
+    ? Effect.succeed(value)
+    : fail(option, `${option} must be a finite number, got ${JSON.stringify(value)}`)
+
+/** A duration option; absent means `fallback`, and `allowed` (described by `what`) bounds it. */
+const checkDuration = (
+  option: string,
+  value: Duration.DurationInput | undefined,
+  fallback: Duration.Duration,
+  what: string,
+  allowed: (duration: Duration.Duration) => boolean
+): Effect.Effect<Duration.Duration, ReliableConfigError> => {
+  if (value === undefined) return Effect.succeed(fallback)
+  const decoded = Duration.decodeUnknown(value)
+  if (decoded._tag === "None") return fail(option, `${option} is not a duration: ${String(value)}`)
+  return allowed(decoded.value)
+    ? Effect.succeed(decoded.value)
+    : fail(option, `${option} must be ${what}, got ${Duration.format(decoded.value)}`)
+}
+
+/** A duration that may be zero (a delay); absent means `fallback`. */
+export const checkDelay = (
+  option: string,
+  value: Duration.DurationInput | undefined,
+  fallback: Duration.Duration
+): Effect.Effect<Duration.Duration, ReliableConfigError> => checkDuration(option, value, fallback, "a finite duration", Duration.isFinite)
+
+const tablePrefixPattern = /^[A-Za-z_][A-Za-z0-9_]{0,39}$/
+
+/** A prefix of SQL table names: a plain identifier of at most 40 characters; absent means the default. */
+export const checkTablePrefix = (value: string | undefined): Effect.Effect<void, ReliableConfigError> =>
+  value === undefined || (typeof value === "string" && tablePrefixPattern.test(value))
+    ? Effect.void
+    : fail("tablePrefix", `tablePrefix must start with a letter or _ and hold only letters, digits and _ (at most 40), got ${JSON.stringify(value)}`)
 
 /**
  * Endpoint names starting with this belong to the library: every node answers lookups at its
@@ -78,41 +157,36 @@ export const checkInterval = (
   option: string,
   value: Duration.DurationInput | undefined,
   fallback: Duration.Duration
-): Effect.Effect<Duration.Duration, ReliableConfigError> => {
-  if (value === undefined) return Effect.succeed(fallback)
-  const decoded = Duration.decodeUnknown(value)
-  if (decoded._tag === "None") return fail(option, `${option} is not a duration: ${String(value)}`)
-  const millis = Duration.toMillis(decoded.value)
-  return Number.isFinite(millis) && millis > 0
-    ? Effect.succeed(decoded.value)
-    : fail(option, `${option} must be a positive, finite duration, got ${Duration.format(decoded.value)}`)
-}
+): Effect.Effect<Duration.Duration, ReliableConfigError> =>
+  checkDuration(option, value, fallback, "a positive, finite duration", (duration) => {
+    const millis = Duration.toMillis(duration)
+    return Number.isFinite(millis) && millis > 0
+  })
+
+const queueRetryKeys = optionKeys<QueueRetry>({ attempts: true, interval: true })
 
 export const checkQueueRetry = (
   value: QueueRetry | undefined
 ): Effect.Effect<{ readonly attempts: number; readonly interval: Duration.Duration }, ReliableConfigError> => {
   if (value === undefined) return Effect.succeed({ attempts: DefaultQueueRetryAttempts, interval: DefaultQueueRetryInterval })
-  if (!Number.isInteger(value.attempts) || value.attempts < 1 || value.attempts > 1000) {
-    return fail("queueRetry.attempts", `queueRetry.attempts must be an integer in [1, 1000], got ${value.attempts}`)
-  }
-  return Effect.map(
-    checkInterval("queueRetry.interval", value.interval, DefaultQueueRetryInterval),
-    (interval) => ({ attempts: value.attempts, interval })
-  )
+  return Effect.zipRight(checkKeys("the queueRetry option", value, queueRetryKeys), Effect.suspend(() => {
+    if (!Number.isInteger(value.attempts) || value.attempts < 1 || value.attempts > 1000) {
+      return fail("queueRetry.attempts", `queueRetry.attempts must be an integer in [1, 1000], got ${value.attempts}`)
+    }
+    return Effect.map(
+      checkInterval("queueRetry.interval", value.interval, DefaultQueueRetryInterval),
+      (interval) => ({ attempts: value.attempts, interval })
+    )
+  }))
 }
 
 /** A graceful shutdown's bound: any finite duration, 0 for none (close at once). */
-export const checkDrainTimeout = (value: Duration.DurationInput | undefined): Effect.Effect<Duration.Duration, ReliableConfigError> => {
-  if (value === undefined) return Effect.succeed(DefaultDrainTimeout)
-  const decoded = Duration.decodeUnknown(value)
-  if (decoded._tag === "None") return fail("drainTimeout", `drainTimeout is not a duration: ${String(value)}`)
-  const millis = Duration.toMillis(decoded.value)
-  return Number.isFinite(millis) && millis >= 0
-    ? Effect.succeed(decoded.value)
-    : fail("drainTimeout", `drainTimeout must be a finite duration (0 for none), got ${Duration.format(decoded.value)}`)
-}
+export const checkDrainTimeout = (value: Duration.DurationInput | undefined): Effect.Effect<Duration.Duration, ReliableConfigError> =>
+  checkDelay("drainTimeout", value, DefaultDrainTimeout)
 
 /** The queue policy: retries before a restart, the call timeout, and the reload backoff. */
+const queueBackoffKeys = optionKeys<QueueBackoff>({ initial: true, max: true })
+
 export const checkQueuePolicy = (options: {
   readonly queueRetry?: QueueRetry | undefined
   readonly queueTimeout?: Duration.DurationInput | undefined
@@ -120,6 +194,7 @@ export const checkQueuePolicy = (options: {
 }) =>
   Effect.gen(function*() {
     const retry = yield* checkQueueRetry(options.queueRetry)
+    if (options.queueBackoff !== undefined) yield* checkKeys("the queueBackoff option", options.queueBackoff, queueBackoffKeys)
     const timeout = yield* checkInterval("queueTimeout", options.queueTimeout, DefaultQueueTimeout)
     const initial = yield* checkInterval("queueBackoff.initial", options.queueBackoff?.initial, DefaultQueueBackoff.initial)
     const max = yield* checkInterval("queueBackoff.max", options.queueBackoff?.max, DefaultQueueBackoff.max)

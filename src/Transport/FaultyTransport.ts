@@ -6,6 +6,8 @@
 import { Context, Duration, Effect, Layer, Option, Queue } from "effect"
 import type { Scope } from "effect"
 import * as SeededRandom from "../internal/SeededRandom.js"
+import * as Config from "../Protocol/Config.js"
+import type { ReliableConfigError } from "../Protocol/Errors.js"
 import type { Envelope } from "../Protocol/WireMessage.js"
 import { layerMemory } from "./MemoryTransport.js"
 import { Transport } from "./Transport.js"
@@ -52,28 +54,61 @@ interface Held {
 const towardConsumer = (envelope: Envelope): boolean =>
   envelope.message._tag === "SequencedMessage" || envelope.message._tag === "RegistrationAck"
 
-const probability = (value: number | undefined, option: string): number => {
-  const p = value ?? 0
-  if (!(p >= 0 && p <= 1)) throw new RangeError(`faulty transport: ${option} must be a probability in [0, 1], got ${p}`)
-  return p
-}
+const faultKeys = Config.optionKeys<FaultOptions>({
+  seed: true,
+  drop: true,
+  duplicate: true,
+  reorder: true,
+  reorderWindow: true,
+  delay: true
+})
+
+const dropKeys = Config.optionKeys<Exclude<FaultOptions["drop"], number | undefined>>({ toProducer: true, toConsumer: true })
+
+/** Drop probabilities per direction: one number for both, or an object per direction. */
+const checkDrop = (drop: FaultOptions["drop"]) =>
+  typeof drop === "object"
+    ? Effect.zipRight(
+      Config.checkKeys("the drop option of Transport.layerFaulty", drop, dropKeys),
+      Effect.all({
+        toProducer: Config.checkProbability("drop.toProducer", drop.toProducer),
+        toConsumer: Config.checkProbability("drop.toConsumer", drop.toConsumer)
+      })
+    )
+    : Effect.map(Config.checkProbability("drop", drop), (p) => ({ toProducer: p, toConsumer: p }))
+
+/** Checks fault options: no unknown option, probabilities in [0, 1], finite durations. */
+const checkOptions = (options: FaultOptions) =>
+  Effect.zipRight(
+    Config.checkKeys("Transport.layerFaulty", options, faultKeys),
+    Effect.all({
+      seed: Config.checkSeed("seed", options.seed),
+      drop: checkDrop(options.drop),
+      duplicate: Config.checkProbability("duplicate", options.duplicate),
+      reorder: Config.checkProbability("reorder", options.reorder),
+      reorderWindow: Config.checkDelay("reorderWindow", options.reorderWindow, Duration.millis(20)),
+      delay: Config.checkDelay("delay", options.delay, Duration.zero)
+    })
+  )
 
 const linkKey = (a: string, b: string) => (a < b ? `${a}\u0000${b}` : `${b}\u0000${a}`)
 
-/** Wraps `underlying`; the returned transport's hold timer lives in the given scope. */
+/**
+ * Wraps `underlying`; the returned transport's hold timer lives in the given scope. Fails with
+ * `ReliableConfigError` on an unknown option, a probability outside [0, 1] or a bad duration.
+ */
 export const make = (
   underlying: TransportService,
   options: FaultOptions
-): Effect.Effect<{ readonly transport: TransportService; readonly injector: FaultInjectorService }, never, Scope.Scope> =>
+): Effect.Effect<{ readonly transport: TransportService; readonly injector: FaultInjectorService }, ReliableConfigError, Scope.Scope> =>
   Effect.gen(function*() {
-    const random = SeededRandom.make(options.seed)
-    const drop = typeof options.drop === "object" ? options.drop : { toProducer: options.drop, toConsumer: options.drop }
-    const dropToProducer = probability(drop.toProducer, "drop.toProducer")
-    const dropToConsumer = probability(drop.toConsumer, "drop.toConsumer")
-    const duplicate = probability(options.duplicate, "duplicate")
-    const reorder = probability(options.reorder, "reorder")
-    const reorderWindowMs = Math.max(1, Duration.toMillis(options.reorderWindow ?? Duration.millis(20)))
-    const delayMs = Math.max(0, Duration.toMillis(options.delay ?? Duration.zero))
+    const checked = yield* checkOptions(options)
+    const random = SeededRandom.make(checked.seed)
+    const dropToProducer = checked.drop.toProducer
+    const dropToConsumer = checked.drop.toConsumer
+    const { duplicate, reorder } = checked
+    const reorderWindowMs = Math.max(1, Duration.toMillis(checked.reorderWindow))
+    const delayMs = Math.max(0, Duration.toMillis(checked.delay))
     const cuts = new Set<string>()
     const counters = { posted: 0, dropped: 0, duplicated: 0, held: 0, cut: 0 }
 
@@ -151,7 +186,7 @@ export const make = (
   })
 
 /** Wraps whatever `Transport` is provided below it. */
-export const layerWrap = (options: FaultOptions): Layer.Layer<Transport | FaultInjector, never, Transport> =>
+export const layerWithFaults = (options: FaultOptions): Layer.Layer<Transport | FaultInjector, ReliableConfigError, Transport> =>
   Layer.scopedContext(Effect.gen(function*() {
     const underlying = yield* Transport
     const { injector, transport } = yield* make(underlying, options)
@@ -159,5 +194,5 @@ export const layerWrap = (options: FaultOptions): Layer.Layer<Transport | FaultI
   }))
 
 /** The in-process memory transport with faults injected. */
-export const layerFaulty = (options: FaultOptions): Layer.Layer<Transport | FaultInjector> =>
-  layerWrap(options).pipe(Layer.provide(layerMemory))
+export const layerFaulty = (options: FaultOptions): Layer.Layer<Transport | FaultInjector, ReliableConfigError> =>
+  layerWithFaults(options).pipe(Layer.provide(layerMemory))

@@ -18,13 +18,12 @@
  * delays another flow's next frame by one of its frames, not by its whole window. Overflow, an
  * unreachable peer and oversized frames drop and count; the protocol resends.
  */
-import * as NodeSocket from "@effect/platform-node/NodeSocket"
-import * as NodeSocketServer from "@effect/platform-node/NodeSocketServer"
 import * as Socket from "@effect/platform/Socket"
 import { Data, Deferred, Duration, Effect, Either, Fiber, FiberSet, Layer, Option, Schedule } from "effect"
 import type { Scope } from "effect"
 import * as Net from "node:net"
 import { inboxKey } from "../Protocol/Address.js"
+import { checkKeys, optionKeys } from "../Protocol/Config.js"
 import { FrameTooLarge } from "../Protocol/Errors.js"
 import type { Envelope } from "../Protocol/WireMessage.js"
 import {
@@ -42,6 +41,7 @@ import type { EncodedFrame } from "./internal/FrameCodec.js"
 import { BulkSenders } from "./internal/BulkSenders.js"
 import { FairQueue } from "./internal/FairQueue.js"
 import { LocalInboxes } from "./internal/LocalInboxes.js"
+import * as NodeSockets from "./internal/NodeSockets.js"
 import { Transport } from "./Transport.js"
 import type { TransportService, TransportStats } from "./Transport.js"
 
@@ -90,6 +90,16 @@ export interface SocketTransportOptions {
   /** How long one connection attempt may take; default 5s. */
   readonly connectTimeout?: Duration.DurationInput
 }
+
+const socketKeys = optionKeys<SocketTransportOptions>({
+  host: true,
+  port: true,
+  advertisedHost: true,
+  maxFrameSize: true,
+  outgoingBufferBytes: true,
+  reconnect: true,
+  connectTimeout: true
+})
 
 /** Counters of the socket transport; `bufferedBytes` is a gauge, the rest only grow. */
 export interface SocketTransportStats extends TransportStats {
@@ -280,7 +290,7 @@ const makeCounters = (): Counters => ({
 const serveConnection = (maxFrameSize: number, counters: Counters, deliver: (envelope: Envelope) => void) =>
 (socket: Socket.Socket): Effect.Effect<void> =>
   Effect.gen(function*() {
-    const conn = yield* Effect.serviceOption(NodeSocket.NetSocket)
+    const conn = yield* NodeSockets.netSocket
     counters.connectionsAccepted++
     const reader = new FrameReader(maxFrameSize, true)
     const decode = makeBodyDecoder()
@@ -346,7 +356,7 @@ const session = (peer: Peer, config: Config, counters: Counters): Effect.Effect<
   // A write interrupted with its connection may still be referenced by that socket: never reuse.
   peer.batch = undefined
   return Effect.scoped(Effect.gen(function*() {
-    const socket = yield* NodeSocket.fromDuplex(dial(peer.host, peer.port), { openTimeout: config.connectTimeout })
+    const socket = yield* NodeSockets.fromDuplex(dial(peer.host, peer.port), { openTimeout: config.connectTimeout })
     const write = yield* socket.writer
     const opened = yield* Deferred.make<void>()
     // The peer never writes on this connection; reading only watches for its close.
@@ -397,12 +407,13 @@ const enqueue = (peer: Peer, sender: string, frame: EncodedFrame, config: Config
 }
 
 /** Binds `host:port` and serves until the scope closes. */
-export const make = (
+export const makeSocket = (
   options: SocketTransportOptions
 ): Effect.Effect<SocketTransportService, SocketTransportError, Scope.Scope> =>
   Effect.gen(function*() {
+    yield* Effect.catchAll(checkKeys("Transport.layerSocket", options, socketKeys), (error) => invalid(error.message))
     const config = yield* validate(options)
-    const server = yield* NodeSocketServer.make({ host: options.host, port: options.port, keepAlive: true }).pipe(
+    const server = yield* NodeSockets.makeServer({ host: options.host, port: options.port, keepAlive: true }).pipe(
       Effect.mapError((cause) =>
         new SocketTransportError({
           reason: "Bind",
@@ -490,4 +501,4 @@ export const make = (
 
 /** The TCP transport as the `Transport` service, bound for the life of the layer. */
 export const layerSocket = (options: SocketTransportOptions): Layer.Layer<Transport, SocketTransportError> =>
-  Layer.scoped(Transport, make(options))
+  Layer.scoped(Transport, makeSocket(options))

@@ -21,8 +21,8 @@ import * as Config from "../Protocol/Config.js"
 import { ReliableConfigError } from "../Protocol/Errors.js"
 import type { EndpointClosed, ReliableEndpointConfigError } from "../Protocol/Errors.js"
 import * as PayloadCodec from "../Protocol/PayloadCodec.js"
-import { ReliableSystem } from "../ReliableSystem.js"
-import type { SystemInternals } from "../ReliableSystem.js"
+import { ReliableSystem } from "./ReliableSystemTag.js"
+import type { SystemInternals } from "./SystemInternals.js"
 import type { EndpointKind } from "./EndpointRegistry.js"
 import { drainWithin } from "./DrainBound.js"
 import * as EndpointLifecycle from "./EndpointLifecycle.js"
@@ -154,14 +154,14 @@ const build = <A>(
   })
 
 const checkOptions = <A, I>(options: ConsumerOptions<A, I>) =>
-  Effect.all({
+  Effect.zipRight(Config.checkSchema("payload", options.payload), Effect.suspend(() => Effect.all({
     name: Config.checkName("name", options.name),
     producer: Config.checkName("producer", options.producer),
     window: Config.checkWindow(options.window),
     resendInterval: Config.checkInterval("resendInterval", options.resendInterval, Config.DefaultResendInterval),
     lendPayloads: Config.checkLendPayloads(options.lendPayloads, PayloadCodec.isBinary(options.payload)),
     drainTimeout: Config.checkDrainTimeout(options.drainTimeout)
-  })
+  })))
 
 /** A consumer-side endpoint of the given kind (a point-to-point consumer or a worker), from its options. */
 export const make = <A, I>(

@@ -11,9 +11,9 @@ import type { ReliableConfigError } from "../Protocol/Errors.js"
 import { ReliableDeliveryFailed } from "../Protocol/Failure.js"
 import type { ReliableControllerRole, ReliableDeliveryStage } from "../Protocol/Failure.js"
 import type { ControllerAddress } from "../Protocol/Address.js"
-import type { SystemInternals } from "../ReliableSystem.js"
 import * as EndpointHealth from "./EndpointHealth.js"
 import type { EndpointDetails, EndpointRecord, LocalEndpoint } from "./EndpointRegistry.js"
+import type { SystemInternals } from "./SystemInternals.js"
 import type { StopOutcome } from "./StopOutcome.js"
 
 export interface Lifecycle<C> {

@@ -7,7 +7,7 @@ import type { Scope } from "effect"
 import type { ControllerAddress } from "../Protocol/Address.js"
 import { ReliableConfigError } from "../Protocol/Errors.js"
 import type { EndpointKind } from "../Protocol/WireMessage.js"
-import type { WorkPullingStats } from "../Controller/WorkPullingController.js"
+import type { WorkPullingStats } from "../Controller/WorkPullingStats.js"
 
 export type { EndpointKind } from "../Protocol/WireMessage.js"
 

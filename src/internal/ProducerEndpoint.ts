@@ -18,7 +18,7 @@ import { EndpointClosed, PayloadEncodeError, ProducerContractError } from "../Pr
 import type { ReliableConfigError } from "../Protocol/Errors.js"
 import { checkMessageId } from "../Protocol/MessageIdRule.js"
 import type { PayloadCodec } from "../Protocol/PayloadCodec.js"
-import type { SystemInternals } from "../ReliableSystem.js"
+import type { SystemInternals } from "./SystemInternals.js"
 import type { EndpointDetails, EndpointRecord } from "./EndpointRegistry.js"
 import * as EndpointLifecycle from "./EndpointLifecycle.js"
 import * as Ingress from "./Ingress.js"

@@ -111,7 +111,7 @@ describe("cluster mode (in process)", () => {
   it.live("a relocatable durable producer of a crashed node is re-created on exactly one survivor and finishes", () =>
     Effect.gen(function*() {
       const w: World = yield* world
-      const queue = yield* MemoryWorkQueue.make
+      const queue = yield* MemoryWorkQueue.makeWorkMemory
       const started: Array<string> = []
       const options = { ...lease, relocatable: [dispatcher(queue, 3000, started)] }
       const a = yield* startMember(w, "a", options)
@@ -134,7 +134,7 @@ describe("cluster mode (in process)", () => {
   it.live("a node cut off past its lease: its relocated producer is fenced when it comes back, its pinned endpoint is kept", () =>
     Effect.gen(function*() {
       const w: World = yield* world
-      const queue = yield* MemoryWorkQueue.make
+      const queue = yield* MemoryWorkQueue.makeWorkMemory
       const started: Array<string> = []
       const options = { ...lease, relocatable: [dispatcher(queue, 2000, started)] }
       const a = yield* startMember(w, "a", options)
@@ -162,7 +162,7 @@ describe("cluster mode (in process)", () => {
   it.live("remote placement: on a named member, idempotent; refusals are typed; stop retires; a system that is not clustered cannot place", () =>
     Effect.gen(function*() {
       const w: World = yield* world
-      const queue = yield* MemoryWorkQueue.make
+      const queue = yield* MemoryWorkQueue.makeWorkMemory
       const started: Array<string> = []
       const a = yield* startMember(w, "a", lease)
       const b = yield* startMember(w, "b", { ...lease, relocatable: [dispatcher(queue, 10, started)] })
@@ -280,7 +280,7 @@ describe("cluster mode (in process)", () => {
   it.live("a node that leaves gracefully hands its relocatable endpoints over at once", () =>
     Effect.gen(function*() {
       const w: World = yield* world
-      const queue = yield* MemoryWorkQueue.make
+      const queue = yield* MemoryWorkQueue.makeWorkMemory
       const started: Array<string> = []
       const options = { lease: "1 minute", renewInterval: "100 millis", relocatable: [dispatcher(queue, 10, started)] } as const
       const a = yield* startMember(w, "a", options)

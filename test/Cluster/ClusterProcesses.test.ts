@@ -39,7 +39,7 @@ const freshPrefix = Effect.gen(function*() {
 const views = (prefix: string) =>
   Effect.gen(function*() {
     const client = yield* Layer.build(pgClientLayer())
-    const registry = yield* Effect.provide(PgClusterRegistry.make({ tablePrefix: prefix }), client)
+    const registry = yield* Effect.provide(PgClusterRegistry.makePg({ tablePrefix: prefix }), client)
     const confirmedJobs = Effect.map(Effect.provide(workQueueStates(prefix, "dispatcher"), client), (s) => s.confirmed)
     return { registry, confirmedJobs }
   })

@@ -60,7 +60,7 @@ export const startMember = (cluster: ClusterEnv) =>
       renewInterval: Duration.millis(cluster.renewMs)
     }).pipe(
       Layer.provideMerge(SocketTransport.layerSocket({ host: "127.0.0.1", port: 0, reconnect: Schedule.spaced(Duration.millis(20)) })),
-      Layer.provide(PgClusterRegistry.layer({ tablePrefix: cluster.prefix })),
+      Layer.provide(PgClusterRegistry.layerPg({ tablePrefix: cluster.prefix })),
       Layer.provide(pgClientLayer())
     )
     const context = yield* Layer.buildWithScope(layer, scope)

@@ -8,7 +8,7 @@ import { registrySuite } from "./RegistrySuite.js"
 
 describe("MemoryClusterRegistry", () => {
   registrySuite((name, body) => it.scoped(name, body), {
-    registry: MemoryClusterRegistry.make,
+    registry: MemoryClusterRegistry.makeMemory,
     elapse: (ms) => TestClock.adjust(Duration.millis(ms)),
     leaseMs: 3_000
   })

@@ -18,7 +18,7 @@ const freshRegistry = Effect.gen(function*() {
   const tablePrefix = `cr_${uniqueSuffix()}_`
   const context = yield* Layer.build(client)
   yield* Effect.addFinalizer(() => Effect.ignore(Effect.provide(dropClusterTables(tablePrefix), context)))
-  return yield* Effect.provide(PgClusterRegistry.make({ tablePrefix }), context)
+  return yield* Effect.provide(PgClusterRegistry.makePg({ tablePrefix }), context)
 })
 
 describePostgres(probe, "PgClusterRegistry", () => {
@@ -37,8 +37,8 @@ describePostgres(probe, "PgClusterRegistry", () => {
       // two separate connection pools, as two nodes would have
       const clientB = yield* Layer.build(pgClientLayer())
       const clientC = yield* Layer.build(pgClientLayer())
-      const b = yield* Effect.provide(PgClusterRegistry.make({ tablePrefix }), clientB)
-      const c = yield* Effect.provide(PgClusterRegistry.make({ tablePrefix }), clientC)
+      const b = yield* Effect.provide(PgClusterRegistry.makePg({ tablePrefix }), clientB)
+      const c = yield* Effect.provide(PgClusterRegistry.makePg({ tablePrefix }), clientC)
       yield* b.join({ node: "a:1", incarnation: "a1", factories: ["f"] }, 60_000)
       const names = Array.from({ length: 40 }, (_, i) => `endpoint-${i}`)
       const claimed = yield* Effect.forEach(names, (name) =>

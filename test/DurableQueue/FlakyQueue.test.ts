@@ -2,16 +2,18 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect, Schedule } from "effect"
 import type { DurableProducerQueueService } from "../../src/DurableQueue/DurableProducerQueue.js"
 import { flakyProducerQueue, flakyWorkQueue } from "../../src/DurableQueue/FlakyQueue.js"
+import type { FlakyOptions } from "../../src/DurableQueue/FlakyQueue.js"
 import * as MemoryProducerQueue from "../../src/DurableQueue/MemoryProducerQueue.js"
 import * as MemoryWorkQueue from "../../src/DurableQueue/MemoryWorkQueue.js"
+import type { ReliableConfigError } from "../../src/Protocol/Errors.js"
 
 const bytes = (text: string) => new TextEncoder().encode(text)
 
 /** The fault of each of `count` stores through a flaky queue: "ok", "before" or "after". */
 const faultPattern = (seed: number, failureRate: number, count: number) =>
   Effect.gen(function*() {
-    const inner = yield* MemoryProducerQueue.make
-    const queue = flakyProducerQueue(inner, { seed, failureRate, failLoad: false })
+    const inner = yield* MemoryProducerQueue.makeMemory
+    const queue = yield* flakyProducerQueue(inner, { seed, failureRate, failLoad: false })
     const { epoch } = yield* queue.load
     const pattern: Array<string> = []
     for (let i = 0; i < count; i++) {
@@ -64,10 +66,10 @@ describe("FlakyQueue", () => {
           yield* retry(queue.storeChunked(epoch, "big", [bytes("1"), bytes("2")]))
           yield* retry(queue.acceptBatch(epoch, ["big"]))
         })
-      const reliable = yield* MemoryProducerQueue.make
-      const inner = yield* MemoryProducerQueue.make
+      const reliable = yield* MemoryProducerQueue.makeMemory
+      const inner = yield* MemoryProducerQueue.makeMemory
       yield* run(reliable)
-      yield* run(flakyProducerQueue(inner, { seed, failureRate: 0.3, failLoad: false }))
+      yield* run(yield* flakyProducerQueue(inner, { seed, failureRate: 0.3, failLoad: false }))
       const expected = (yield* reliable.load).state
       const actual = (yield* inner.load).state
       expect(actual).toEqual(expected)
@@ -75,8 +77,8 @@ describe("FlakyQueue", () => {
 
   it.effect("a flaky work queue fails with QueueBackendError and keeps the inner queue consistent", () =>
     Effect.gen(function*() {
-      const inner = yield* MemoryWorkQueue.make
-      const queue = flakyWorkQueue(inner, { seed: 5, failureRate: 0.5 })
+      const inner = yield* MemoryWorkQueue.makeWorkMemory
+      const queue = yield* flakyWorkQueue(inner, { seed: 5, failureRate: 0.5 })
       const retry = <A, E extends { readonly _tag: string }>(effect: Effect.Effect<A, E>) =>
         Effect.retry(effect, { while: (error) => error._tag === "QueueBackendError", schedule: Schedule.recurs(50) })
       const { epoch } = yield* retry(queue.load)
@@ -93,9 +95,16 @@ describe("FlakyQueue", () => {
       )
     }))
 
-  it("rejects a failure rate outside [0, 1]", () => {
-    const inner = Effect.runSync(MemoryProducerQueue.make)
-    expect(() => flakyProducerQueue(inner, { seed: 1, failureRate: 1.5 })).toThrow(RangeError)
-    expect(() => flakyProducerQueue(inner, { seed: 1, failureRate: Number.NaN })).toThrow(RangeError)
-  })
+  it.effect("refuses bad options with ReliableConfigError: a failure rate outside [0, 1], a bad seed, an unknown option", () =>
+    Effect.gen(function*() {
+      const inner = yield* MemoryProducerQueue.makeMemory
+      const work = yield* MemoryWorkQueue.makeWorkMemory
+      const refused = (effect: Effect.Effect<unknown, ReliableConfigError>) =>
+        Effect.map(Effect.flip(effect), (error) => [error._tag, error.option])
+      expect(yield* refused(flakyProducerQueue(inner, { seed: 1, failureRate: 1.5 }))).toEqual(["ReliableConfigError", "failureRate"])
+      expect(yield* refused(flakyProducerQueue(inner, { seed: 1, failureRate: Number.NaN }))).toEqual(["ReliableConfigError", "failureRate"])
+      expect(yield* refused(flakyWorkQueue(work, { seed: Number.NaN, failureRate: 0.1 }))).toEqual(["ReliableConfigError", "seed"])
+      const misspelt = { seed: 1, failureRate: 0.1, failload: false } as FlakyOptions
+      expect(yield* refused(flakyWorkQueue(work, misspelt))).toEqual(["ReliableConfigError", "failload"])
+    }))
 })

@@ -4,4 +4,4 @@ import { producerQueueConformance } from "../../src/DurableQueue/ProducerQueueCo
 import { workQueueConformance } from "../../src/DurableQueue/WorkQueueConformance.js"
 
 producerQueueConformance("memory", MemoryProducerQueue.layerMemory)
-workQueueConformance("memory", MemoryWorkQueue.layerMemory)
+workQueueConformance("memory", MemoryWorkQueue.layerWorkMemory)

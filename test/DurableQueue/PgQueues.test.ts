@@ -32,12 +32,12 @@ const suites = () => {
   describe("SQL queues on PostgreSQL", () => {
     const buildProducer = (clientLayer: Layer.Layer<SqlClient, unknown>, queueName: string) =>
       Effect.map(
-        Layer.build(SqlProducerQueue.layer({ queueName, tablePrefix }).pipe(Layer.provide(clientLayer))),
+        Layer.build(SqlProducerQueue.layerSql({ queueName, tablePrefix }).pipe(Layer.provide(clientLayer))),
         (context) => Context.get(context, DurableProducerQueue)
       )
     const buildWork = (clientLayer: Layer.Layer<SqlClient, unknown>, queueName: string) =>
       Effect.map(
-        Layer.build(SqlWorkQueue.layer({ queueName, tablePrefix }).pipe(Layer.provide(clientLayer))),
+        Layer.build(SqlWorkQueue.layerWorkSql({ queueName, tablePrefix }).pipe(Layer.provide(clientLayer))),
         (context) => Context.get(context, DurableWorkQueue)
       )
 
@@ -97,7 +97,7 @@ const suites = () => {
         const prefix = `rt_${uniqueSuffix()}_`
         yield* Effect.all(
           Array.from({ length: 4 }, (_, i) =>
-            Layer.build(SqlWorkQueue.layer({ queueName: `m${i}`, tablePrefix: prefix }).pipe(
+            Layer.build(SqlWorkQueue.layerWorkSql({ queueName: `m${i}`, tablePrefix: prefix }).pipe(
               Layer.provide(pgClientLayer())
             ))),
           { concurrency: "unbounded" }

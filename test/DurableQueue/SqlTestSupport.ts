@@ -50,7 +50,7 @@ export const freshProducerQueue = (
   tablePrefix: string
 ): Layer.Layer<DurableProducerQueue, unknown> =>
   Layer.unwrapEffect(
-    Effect.sync(() => SqlProducerQueue.layer({ queueName: `producer-${uniqueSuffix()}`, tablePrefix }))
+    Effect.sync(() => SqlProducerQueue.layerSql({ queueName: `producer-${uniqueSuffix()}`, tablePrefix }))
   ).pipe(Layer.provide(client))
 
 /** A work queue layer whose every build is a fresh queue (a new queue name). */
@@ -59,7 +59,7 @@ export const freshWorkQueue = (
   tablePrefix: string
 ): Layer.Layer<DurableWorkQueue, unknown> =>
   Layer.unwrapEffect(
-    Effect.sync(() => SqlWorkQueue.layer({ queueName: `work-${uniqueSuffix()}`, tablePrefix }))
+    Effect.sync(() => SqlWorkQueue.layerWorkSql({ queueName: `work-${uniqueSuffix()}`, tablePrefix }))
   ).pipe(Layer.provide(client))
 
 /** Drops every table of a prefix (the test's own, randomly named). */

@@ -31,7 +31,7 @@ describe("SQL queues on SQLite", () => {
       const options = { queueName: `shared-${uniqueSuffix()}`, tablePrefix }
       const build = (clientLayer: Layer.Layer<any, unknown>) =>
         Effect.map(
-          Layer.build(SqlProducerQueue.layer(options).pipe(Layer.provide(clientLayer))),
+          Layer.build(SqlProducerQueue.layerSql(options).pipe(Layer.provide(clientLayer))),
           (context) => Context.get(context, DurableProducerQueue)
         )
       const a = yield* build(client)
@@ -55,7 +55,7 @@ describe("SQL queues on SQLite", () => {
       const options = { queueName: `shared-${uniqueSuffix()}`, tablePrefix }
       const build = (clientLayer: Layer.Layer<any, unknown>) =>
         Effect.map(
-          Layer.build(SqlWorkQueue.layer(options).pipe(Layer.provide(clientLayer))),
+          Layer.build(SqlWorkQueue.layerWorkSql(options).pipe(Layer.provide(clientLayer))),
           (context) => Context.get(context, DurableWorkQueue)
         )
       const a = yield* build(client)
@@ -75,7 +75,7 @@ describe("SQL queues on SQLite", () => {
       const queueName = `same-${uniqueSuffix()}`
       const build = (prefix: string) =>
         Effect.map(
-          Layer.build(SqlProducerQueue.layer({ queueName, tablePrefix: prefix }).pipe(Layer.provide(client))),
+          Layer.build(SqlProducerQueue.layerSql({ queueName, tablePrefix: prefix }).pipe(Layer.provide(client))),
           (context) => Context.get(context, DurableProducerQueue)
         )
       const a = yield* build("alpha_")
@@ -86,13 +86,13 @@ describe("SQL queues on SQLite", () => {
       expect((yield* a.load).state.currentSeq).toBe(1)
     }))
 
-  it.effect("an invalid table prefix fails the layer with a typed error", () =>
+  it.effect("an invalid table prefix fails the layer with a config error naming the option", () =>
     Effect.gen(function*() {
       const error = yield* Effect.flip(
-        Effect.scoped(Layer.build(SqlProducerQueue.layer({ queueName: "q", tablePrefix: "bad-prefix;" }).pipe(
+        Effect.scoped(Layer.build(SqlProducerQueue.layerSql({ queueName: "q", tablePrefix: "bad-prefix;" }).pipe(
           Layer.provide(client)
         )))
       )
-      expect(error._tag).toBe("QueueBackendError")
+      expect(error).toMatchObject({ _tag: "ReliableConfigError", option: "tablePrefix" })
     }))
 })

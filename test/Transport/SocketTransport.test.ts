@@ -48,7 +48,7 @@ const takeN = (inbox: Queue.Dequeue<Envelope>, count: number, timeout: Duration.
   }).pipe(Effect.timeoutFail({ duration: timeout, onTimeout: () => new Error(`timed out taking ${count} envelopes`) }))
 
 const make = (options: Partial<SocketTransport.SocketTransportOptions> = {}) =>
-  SocketTransport.make({ host, port: 0, reconnect: fastReconnect, ...options })
+  SocketTransport.makeSocket({ host, port: 0, reconnect: fastReconnect, ...options })
 
 /** A raw TCP client, destroyed with the scope; `closed()` tells whether the server hung up. */
 const rawClient = (port: number) =>
@@ -402,12 +402,12 @@ describe("SocketTransport", () => {
       yield* waitUntil("the peer to see the connection close", () => closedSockets() === accepted.length)
     }))
 
-  it.scopedLive("works under FaultyTransport.layerWrap", () =>
+  it.scopedLive("works under FaultyTransport.layerWithFaults", () =>
     Effect.gen(function*() {
       const b = yield* make()
       const to = address(b.node, "consumer")
       const inbox = yield* b.open(to)
-      const faulty = FaultyTransport.layerWrap({ seed: 42, drop: 0.5 }).pipe(
+      const faulty = FaultyTransport.layerWithFaults({ seed: 42, drop: 0.5 }).pipe(
         Layer.provide(SocketTransport.layerSocket({ host, port: 0 }))
       )
       const context = yield* Layer.build(faulty)

@@ -142,7 +142,7 @@ const faultOptions = (plan: FaultPlan, seed = plan.seed): FaultOptions => ({
 /** One system on the faulty memory transport, timed by TestClock. */
 export const memoryWorld = (plan: FaultPlan): Effect.Effect<FaultWorld, never, Scope.Scope> =>
   Effect.map(
-    Layer.build(ReliableSystem.layer().pipe(Layer.provideMerge(FaultyTransport.layerFaulty(faultOptions(plan))))),
+    Effect.orDie(Layer.build(ReliableSystem.layer().pipe(Layer.provideMerge(FaultyTransport.layerFaulty(faultOptions(plan)))))),
     (context) => ({
       producer: context,
       consumer: context,
@@ -159,8 +159,8 @@ export const memoryWorld = (plan: FaultPlan): Effect.Effect<FaultWorld, never, S
 export const socketWorld = (plan: FaultPlan): Effect.Effect<FaultWorld, Error, Scope.Scope> =>
   Effect.gen(function*() {
     // Lookups cross the faulty links too; a short timeout keeps a dropped one from costing 500ms.
-    const a = yield* startNode({ lookupTimeout: "100 millis", wrap: (socket) => FaultyTransport.layerWrap(faultOptions(plan, plan.seed * 2)).pipe(Layer.provide(socket)) })
-    const b = yield* startNode({ lookupTimeout: "100 millis", wrap: (socket) => FaultyTransport.layerWrap(faultOptions(plan, plan.seed * 2 + 1)).pipe(Layer.provide(socket)) })
+    const a = yield* startNode({ lookupTimeout: "100 millis", wrap: (socket) => FaultyTransport.layerWithFaults(faultOptions(plan, plan.seed * 2)).pipe(Layer.provide(socket)) })
+    const b = yield* startNode({ lookupTimeout: "100 millis", wrap: (socket) => FaultyTransport.layerWithFaults(faultOptions(plan, plan.seed * 2 + 1)).pipe(Layer.provide(socket)) })
     const world: FaultWorld = {
       producer: a.context,
       consumer: b.context,
@@ -179,7 +179,7 @@ export const runPlan = (plan: FaultPlan, makeWorld: (plan: FaultPlan) => Effect.
     const world = yield* makeWorld(plan)
     const queue = plan.durable === undefined
       ? undefined
-      : flakyProducerQueue(yield* MemoryProducerQueue.make, { seed: plan.seed, failureRate: plan.durable.failureRate })
+      : yield* flakyProducerQueue(yield* MemoryProducerQueue.makeMemory, { seed: plan.seed, failureRate: plan.durable.failureRate })
     const producer = yield* Producer.make({
       name: "orders-out",
       consumer: "orders-in",

@@ -34,7 +34,7 @@ export const layerRecording = (): Layer.Layer<Recorder | Transport | ReliableSys
     }
     return Context.make(Transport, transport).pipe(Context.add(Recorder, { log }))
   }))
-  return Layer.provideMerge(ReliableSystem.layer(), recording)
+  return Layer.orDie(Layer.provideMerge(ReliableSystem.layer(), recording))
 }
 
 /** Messages of one tag the recorder saw, with their times. */

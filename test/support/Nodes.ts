@@ -3,6 +3,7 @@
  * scope the test controls (closing it is a node going down), and live-clock waiting.
  */
 import { Context, Duration, Effect, Exit, Layer, Schedule, Scope } from "effect"
+import type { ReliableConfigError } from "../../src/Protocol/Errors.js"
 import * as ReliableSystem from "../../src/ReliableSystem.js"
 import * as SocketTransport from "../../src/Transport/SocketTransport.js"
 import { Transport } from "../../src/Transport/Transport.js"
@@ -27,13 +28,13 @@ export const startNode = (
     readonly port?: number
     readonly maxFrameSize?: number
     readonly lookupTimeout?: Duration.DurationInput
-    readonly wrap?: (socket: Layer.Layer<Transport>) => Layer.Layer<Transport>
+    readonly wrap?: (socket: Layer.Layer<Transport>) => Layer.Layer<Transport, ReliableConfigError>
   } = {}
-): Effect.Effect<Node, SocketTransport.SocketTransportError, Scope.Scope> =>
+): Effect.Effect<Node, SocketTransport.SocketTransportError | ReliableConfigError, Scope.Scope> =>
   Effect.gen(function*() {
     const scope = yield* Effect.acquireRelease(Scope.make(), (scope) => Scope.close(scope, Exit.void))
     const socket = yield* Effect.provideService(
-      SocketTransport.make({
+      SocketTransport.makeSocket({
         host,
         port: options.port ?? 0,
         reconnect: Schedule.spaced(Duration.millis(20)),
@@ -43,7 +44,7 @@ export const startNode = (
       scope
     )
     const base: Layer.Layer<Transport> = Layer.succeed(Transport, socket)
-    const transportLayer = options.wrap === undefined ? base : options.wrap(base)
+    const transportLayer: Layer.Layer<Transport, ReliableConfigError> = options.wrap === undefined ? base : options.wrap(base)
     const context = yield* Layer.buildWithScope(
       ReliableSystem.layer(options.lookupTimeout === undefined ? {} : { lookupTimeout: options.lookupTimeout }).pipe(
         Layer.provideMerge(transportLayer)

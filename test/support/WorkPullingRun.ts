@@ -90,10 +90,10 @@ export const runPlan = (plan: WorkPlan) =>
     const done: Array<Done> = []
     const doneIds = new Set<string>()
     const ids = Array.from({ length: plan.jobs }, (_, n) => `job-${n}`)
-    const queue = plan.durable ? yield* MemoryWorkQueue.make : undefined
+    const queue = plan.durable ? yield* MemoryWorkQueue.makeWorkMemory : undefined
     const durableWorkQueue = queue === undefined || plan.flakyQueue === 0
       ? queue
-      : FlakyQueue.flakyWorkQueue(queue, { seed: plan.seed, failureRate: plan.flakyQueue, failLoad: false })
+      : yield* FlakyQueue.flakyWorkQueue(queue, { seed: plan.seed, failureRate: plan.flakyQueue, failLoad: false })
     const producer: Producer.Producer<Job> = yield* WorkPulling.producer({
       name: "dispatcher",
       payload: Job,

@@ -18,25 +18,24 @@
 import { Cause, Duration, Effect, ExecutionStrategy, Exit, FiberSet, Option, Schedule, Scope } from "effect"
 import type { EndpointRecord, EndpointRegistry } from "../../internal/EndpointRegistry.js"
 import type { NodeLookup } from "../../internal/NodeLookup.js"
+import { checkName, DefaultLease } from "../../Protocol/Config.js"
 import { ReliableConfigError } from "../../Protocol/Errors.js"
 import type { TransportService } from "../../Transport/Transport.js"
 import type { ClusterPlacementError, ClusterRegistryError, ReliableOwnershipLost } from "../ClusterErrors.js"
 import type { ClusterRegistryService } from "../ClusterRegistry.js"
-import type { Relocatable } from "../Relocatable.js"
 import * as HeldNames from "./HeldNames.js"
 import * as Hosting from "./Hosting.js"
-import type { MemberState } from "./MemberState.js"
+import type { HostedFactory, MemberState } from "./MemberState.js"
 
-export interface ClusterOptions<R = never> {
-  /** How long a node stays a member without renewing; default 3 seconds. */
+/**
+ * What joining reads of the public `ClusterOptions`. The factories' service type is left open
+ * here: the system provides their services when it runs them (`start`'s `provide`).
+ */
+export interface MemberOptions {
   readonly lease?: Duration.DurationInput
-  /** Lease renewal, orphan and placement checks; default a third of the lease. */
   readonly renewInterval?: Duration.DurationInput
-  /** The relocatable factories this node can host endpoints with. */
-  readonly relocatable?: ReadonlyArray<Relocatable<R>>
+  readonly relocatable?: ReadonlyArray<{ readonly key: string; readonly make: HostedFactory }>
 }
-
-export const DefaultLease: Duration.Duration = Duration.seconds(3)
 
 export interface ClusterMember {
   readonly node: string
@@ -74,7 +73,7 @@ export interface MemberParts {
   readonly newId: () => string
 }
 
-const checkTiming = (options: ClusterOptions<unknown>) =>
+const checkTiming = (options: MemberOptions) =>
   Effect.gen(function*() {
     const lease = Duration.decodeUnknown(options.lease ?? DefaultLease)
     if (Option.isNone(lease) || !(Duration.toMillis(lease.value) >= 10) || !Duration.isFinite(lease.value)) {
@@ -87,6 +86,26 @@ const checkTiming = (options: ClusterOptions<unknown>) =>
       return yield* new ReliableConfigError({ option: "cluster.renewInterval", message: `renewInterval must be positive and shorter than the lease (${leaseMs}ms), got ${String(options.renewInterval)}` })
     }
     return { leaseMs, renewMs }
+  })
+
+/** Every relocatable factory has a non-blank key of its own and a function to run. */
+const checkFactories = (options: MemberOptions) =>
+  Effect.gen(function*() {
+    const factories = options.relocatable ?? []
+    if (!Array.isArray(factories)) {
+      return yield* new ReliableConfigError({ option: "relocatable", message: "relocatable must be an array of Cluster.relocatable(key, factory)" })
+    }
+    const keys = new Set<string>()
+    for (const entry of factories) {
+      const key = yield* checkName("relocatable.key", entry?.key)
+      if (typeof entry.make !== "function") {
+        return yield* new ReliableConfigError({ option: "relocatable", message: `the relocatable factory "${key}" is not a function` })
+      }
+      if (keys.has(key)) {
+        return yield* new ReliableConfigError({ option: "relocatable", message: `two relocatable factories share the key "${key}"; each key names one factory` })
+      }
+      keys.add(key)
+    }
   })
 
 /**
@@ -111,9 +130,10 @@ const lookupWith = (state: MemberState, parts: MemberParts) =>
   })
 
 /** Joins the cluster; the lease ticks start with `start`. */
-export const make = <R>(options: ClusterOptions<R>, parts: MemberParts): Effect.Effect<ClusterMember, ClusterRegistryError | ReliableConfigError, Scope.Scope> =>
+export const make = (options: MemberOptions, parts: MemberParts): Effect.Effect<ClusterMember, ClusterRegistryError | ReliableConfigError, Scope.Scope> =>
   Effect.gen(function*() {
     const { leaseMs, renewMs } = yield* checkTiming(options)
+    yield* checkFactories(options)
     const { registry, transport } = parts
     const state: MemberState = {
       node: transport.node,

@@ -3,10 +3,12 @@
  * registry (with the generation it holds them at), and the relocatable endpoints it hosts.
  * Plain mutable data shared by the member's modules; the JS thread serializes every change.
  */
-import type { Scope } from "effect"
+import type { Effect, Scope } from "effect"
 import type { ReliableOwnershipLost } from "../ClusterErrors.js"
 import type { ClaimRequest, ClusterRegistryService } from "../ClusterRegistry.js"
-import type { RelocatableFactory } from "../Relocatable.js"
+
+/** A relocatable factory as the member runs it, with the system and the user's services provided. */
+export type HostedFactory = (name: string) => Effect.Effect<unknown, unknown, any>
 
 /** A name this node holds in the registry for one of its endpoints. */
 export interface HeldName {
@@ -28,7 +30,7 @@ export interface MemberState {
   readonly registry: ClusterRegistryService
   readonly leaseMs: number
   readonly renewMs: number
-  readonly factories: ReadonlyMap<string, RelocatableFactory<any>>
+  readonly factories: ReadonlyMap<string, HostedFactory>
   readonly held: Map<string, HeldName>
   /** Scopes of the relocatable endpoints this node runs through their factories, by name. */
   readonly hosted: Map<string, Scope.CloseableScope>

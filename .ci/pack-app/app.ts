@@ -1,0 +1,127 @@
+/**
+ * The app the pack check (`.ci/pack-check`) builds against the packed tarball, as a user would:
+ * it imports the package by its name, is compiled with declaration emit, and runs.
+ *
+ * The exported values below make declaration emit name the package's types: a type that appears
+ * in a public signature but is not exported fails the build with TS2742. The run sends orders
+ * through a durable point-to-point flow and jobs through a work-pulling pool on the in-process
+ * transport, then checks the socket transport: `--platform-node absent` expects a typed error
+ * naming the missing optional peer, `--platform-node present` sends a flow over TCP.
+ */
+import { Context, Deferred, Effect, Either, Layer, Ref, Schema } from "effect"
+import type { Scope } from "effect"
+import { Cluster, Consumer, DurableQueue, Producer, ReliableSystem, Transport, WorkPulling } from "effect-reliable"
+import * as Assert from "node:assert/strict"
+
+const Order = Schema.Struct({ id: Schema.Number, item: Schema.String })
+
+export const makeProducer = Producer.make({ name: "orders-out", consumer: "orders-in", payload: Order })
+export const sendOne = Effect.flatMap(makeProducer, (producer) => producer.send({ id: 0, item: "probe" }))
+export const sendMany = Effect.flatMap(makeProducer, (producer) => producer.sendAll([{ payload: { id: 1, item: "a" } }]))
+export const producerStats = Effect.flatMap(makeProducer, (producer) => producer.stats)
+export const makeConsumer = Consumer.make({ name: "orders-in", producer: "orders-out", payload: Order })
+export const consumerStats = Effect.flatMap(makeConsumer, (consumer) => consumer.stats)
+export const confirmations = Effect.map(makeProducer, (producer) => producer.confirmations)
+export const deliveries = Effect.map(makeConsumer, (consumer) => consumer.deliveries)
+export const makeWorkProducer = WorkPulling.producer({ name: "jobs", payload: Order })
+export const sendJob = Effect.flatMap(makeWorkProducer, (producer) => producer.send({ id: 1, item: "job" }))
+export const makeWorker = WorkPulling.worker({ name: "worker", producer: "jobs", payload: Order })
+export const workStats = WorkPulling.stats("jobs")
+export const durableQueue = DurableQueue.makeMemory
+export const sqlQueue = DurableQueue.makeSql({ queueName: "orders" })
+export const sqlWorkQueue = DurableQueue.layerWorkSql({ queueName: "jobs" })
+export const flakyQueue = Effect.flatMap(DurableQueue.makeMemory, (queue) => DurableQueue.flakyProducerQueue(queue, { seed: 1, failureRate: 0.1 }))
+export const memoryNode = ReliableSystem.layer().pipe(Layer.provideMerge(Transport.layerMemory))
+export const faultyNode = ReliableSystem.layer().pipe(Layer.provideMerge(Transport.layerFaulty({ seed: 7, drop: 0.1 })))
+export const faultStats = Effect.map(Transport.FaultInjector, (injector) => injector.stats())
+export const failures = ReliableSystem.failures
+export const respawn = ReliableSystem.respawn("orders-out")
+export const clusterNode = ReliableSystem.layerCluster({ relocatable: [Cluster.relocatable("jobs", (name) => WorkPulling.producer({ name, payload: Order }))] })
+  .pipe(Layer.provide(Cluster.layerPg()))
+export const spawnJobs = Cluster.spawn("jobs", "jobs-1")
+export const clusterEndpoints = Cluster.endpoints
+
+/** Runs `count` deliveries through `consumer`, resolving once all have been handled. */
+const receive = (consumer: Consumer.Consumer<{ readonly id: number }>, count: number) =>
+  Effect.gen(function*() {
+    const seen = yield* Ref.make(new Set<number>())
+    const done = yield* Deferred.make<void>()
+    yield* Effect.forkScoped(consumer.run((delivery) =>
+      Effect.flatMap(Ref.updateAndGet(seen, (ids) => new Set(ids).add(delivery.payload.id)), (ids) =>
+        ids.size === count ? Deferred.succeed(done, undefined) : Effect.void)
+    ))
+    return Deferred.await(done).pipe(Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new Error(`${count} deliveries not received in 20s`) }))
+  })
+
+const orders = (count: number) => Array.from({ length: count }, (_, i) => ({ payload: { id: i + 1, item: `item-${i + 1}` } }))
+
+const pointToPoint = Effect.gen(function*() {
+  const received = yield* receive(yield* makeConsumer, 500)
+  const producer = yield* Producer.make({
+    name: "orders-out",
+    consumer: "orders-in",
+    payload: Order,
+    durableQueue: yield* DurableQueue.makeMemory
+  })
+  const stored = yield* producer.sendAll(orders(500))
+  Assert.equal(stored.length, 500)
+  yield* received
+  console.log("point-to-point: 500 orders stored and delivered")
+})
+
+const workPulling = Effect.gen(function*() {
+  const Job = Schema.Struct({ id: Schema.Number })
+  const producer = yield* WorkPulling.producer({ name: "jobs", payload: Job, durableWorkQueue: yield* DurableQueue.makeWorkMemory })
+  const seen = yield* Ref.make(new Set<number>())
+  const done = yield* Deferred.make<void>()
+  for (const name of ["worker-1", "worker-2"]) {
+    const worker = yield* WorkPulling.worker({ name, producer: "jobs", payload: Job, window: 10 })
+    yield* Effect.forkScoped(worker.run((delivery) =>
+      Effect.flatMap(Ref.updateAndGet(seen, (ids) => new Set(ids).add(delivery.payload.id)), (ids) =>
+        ids.size === 200 ? Deferred.succeed(done, undefined) : Effect.void)
+    ))
+  }
+  yield* producer.sendAll(Array.from({ length: 200 }, (_, i) => ({ payload: { id: i + 1 } })))
+  yield* Deferred.await(done).pipe(Effect.timeout("20 seconds"))
+  console.log(`work-pulling: 200 jobs done, ${(yield* WorkPulling.stats("jobs")).confirmed} confirmed`)
+})
+
+const socketNode = Layer.build(ReliableSystem.layer().pipe(Layer.provideMerge(Transport.layerSocket({ host: "127.0.0.1", port: 0 }))))
+
+const portOf = (node: Context.Context<ReliableSystem.ReliableSystem>) =>
+  Number(Context.get(node, ReliableSystem.ReliableSystem).node.split(":")[1])
+
+/** A remoting-only flow between two socket transports in this process. */
+const overTcp = Effect.gen(function*() {
+  const producerNode = yield* socketNode
+  const consumerNode = yield* socketNode
+  const peer = (node: typeof producerNode) => ({ host: "127.0.0.1", port: portOf(node) })
+  const consumer = yield* Consumer.make({ name: "orders-in", producer: "orders-out", payload: Order, remoteProducer: peer(producerNode) })
+    .pipe(Effect.provide(consumerNode))
+  const received = yield* receive(consumer, 300)
+  const producer = yield* Producer.make({ name: "orders-out", consumer: "orders-in", payload: Order, remoteConsumer: peer(consumerNode) })
+    .pipe(Effect.provide(producerNode))
+  yield* producer.sendAll(orders(300))
+  yield* received
+  console.log("socket transport: 300 orders over TCP")
+})
+
+const withoutPlatformNode = Effect.gen(function*() {
+  const built = yield* Effect.either(socketNode)
+  Assert.ok(Either.isLeft(built), "the socket transport started without @effect/platform-node")
+  Assert.equal(built.left._tag, "SocketTransportError")
+  Assert.match(built.left.message, /@effect\/platform-node/)
+  console.log(`socket transport without @effect/platform-node: ${built.left._tag}: ${built.left.message}`)
+})
+
+const inMemory = <A, E>(effect: Effect.Effect<A, E, ReliableSystem.ReliableSystem | Scope.Scope>) =>
+  effect.pipe(Effect.scoped, Effect.provide(memoryNode))
+
+const platformNode = process.argv[process.argv.indexOf("--platform-node") + 1]
+if (platformNode !== "absent" && platformNode !== "present") throw new Error("usage: app.js --platform-node absent|present")
+
+await Effect.runPromise(Effect.gen(function*() {
+  yield* inMemory(pointToPoint)
+  yield* inMemory(workPulling)
+  yield* Effect.scoped(platformNode === "absent" ? withoutPlatformNode : overTcp)
+}))

@@ -5,9 +5,11 @@ import type { ControllerAddress } from "../../src/Protocol/Address.js"
 import type { Envelope, WireMessage } from "../../src/Protocol/WireMessage.js"
 import * as FaultyTransport from "../../src/Transport/FaultyTransport.js"
 import { FrameReader, makeBodyDecoder } from "../../src/Transport/internal/FrameCodec.js"
+import { encodeMessage } from "../../src/Transport/internal/HandshakeProtocol.js"
 import * as SocketTransport from "../../src/Transport/SocketTransport.js"
 import { Transport } from "../../src/Transport/Transport.js"
 import type { TransportService } from "../../src/Transport/Transport.js"
+import { lengthPrefix, rawClient, rawPeer } from "../support/RawPeer.js"
 
 const host = "127.0.0.1"
 const fastReconnect = Schedule.spaced(Duration.millis(20))
@@ -50,26 +52,7 @@ const takeN = (inbox: Queue.Dequeue<Envelope>, count: number, timeout: Duration.
 const make = (options: Partial<SocketTransport.SocketTransportOptions> = {}) =>
   SocketTransport.make({ host, port: 0, reconnect: fastReconnect, ...options })
 
-/** A raw TCP client, destroyed with the scope; `closed()` tells whether the server hung up. */
-const rawClient = (port: number) =>
-  Effect.acquireRelease(
-    Effect.async<{ readonly socket: Net.Socket; readonly closed: () => boolean }, Error>((resume) => {
-      let closed = false
-      const socket = Net.createConnection({ host, port })
-      socket.on("error", () => {})
-      socket.on("close", () => void (closed = true))
-      socket.once("connect", () => resume(Effect.succeed({ socket, closed: () => closed })))
-    }),
-    ({ socket }) => Effect.sync(() => socket.destroy())
-  )
-
 const frameOf = (envelope: Envelope): Uint8Array => Either.getOrThrow(SocketTransport.encodeEnvelope(envelope))
-
-const lengthPrefix = (length: number): Buffer => {
-  const prefix = Buffer.alloc(4)
-  prefix.writeUInt32BE(length)
-  return prefix
-}
 
 describe("SocketTransport", () => {
   it.scopedLive("names itself by the bound port and exchanges envelopes both ways", () =>
@@ -288,8 +271,8 @@ describe("SocketTransport", () => {
       a.post([sequenced(from, to, 1)])
       yield* takeN(inbox, 1)
 
-      const raw = yield* rawClient(b.port)
-      raw.socket.write(Buffer.concat([SocketTransport.Preamble, lengthPrefix(4097), Buffer.alloc(100)]))
+      const raw = yield* rawPeer(b.port)
+      raw.socket.write(Buffer.concat([lengthPrefix(4097), Buffer.alloc(100)]))
       yield* waitUntil("the offending connection to be closed", raw.closed)
       expect(b.stats().connectionsRejected).toBe(1)
 
@@ -309,7 +292,7 @@ describe("SocketTransport", () => {
       const raw = yield* rawClient(b.port)
       raw.socket.write("GET / HTTP/1.1\r\nHost: example\r\n\r\n")
       yield* waitUntil("the garbage connection to be closed", raw.closed)
-      expect(b.stats()).toMatchObject({ connectionsRejected: 1, delivered: 0 })
+      expect(b.stats()).toMatchObject({ handshakesRefused: 1, delivered: 0 })
 
       const raw2 = yield* rawClient(b.port)
       raw2.socket.write(Buffer.from([0xff, 0x00, 0x13, 0x37, 0xde, 0xad, 0xbe, 0xef, 0x01]))
@@ -317,7 +300,7 @@ describe("SocketTransport", () => {
 
       a.post(Array.from({ length: 100 }, (_, index) => sequenced(from, to, index + 1)))
       expect((yield* takeN(inbox, 100)).map(seqOf)).toEqual(Array.from({ length: 100 }, (_, index) => index + 1))
-      expect(b.stats().connectionsRejected).toBe(2)
+      expect(b.stats().handshakesRefused).toBe(2)
     }))
 
   it.scopedLive("counts malformed but well-framed input and keeps the connection", () =>
@@ -335,8 +318,8 @@ describe("SocketTransport", () => {
       expect(at).toBeGreaterThan(0)
       badSchema.write(JSON.stringify({ _tag: "SequencedMessage", sessionId: "s-1", messageId: "m-1", seq: 0 }), at)
 
-      const raw = yield* rawClient(b.port)
-      raw.socket.write(Buffer.concat([SocketTransport.Preamble, lengthPrefix(garbageBody.length), garbageBody]))
+      const raw = yield* rawPeer(b.port, from.node)
+      raw.socket.write(Buffer.concat([lengthPrefix(garbageBody.length), garbageBody]))
       raw.socket.write(badSchema)
       raw.socket.write(lengthPrefix(0))
       raw.socket.write(good)
@@ -348,13 +331,16 @@ describe("SocketTransport", () => {
 
   it.scopedLive("bounds what it buffers for a peer that never reads, and still closes promptly", () =>
     Effect.gen(function*() {
-      // A peer that accepts and never reads a byte.
+      // A peer that welcomes the dialer and then never reads a byte.
       const accepted: Array<Net.Socket> = []
       const server = yield* Effect.acquireRelease(
         Effect.async<Net.Server>((resume) => {
           const server = Net.createServer((socket) => {
-            socket.pause()
             socket.on("error", () => {})
+            socket.once("data", () => {
+              socket.pause()
+              socket.write(encodeMessage({ _tag: "Welcome", node: `${host}:${(server.address() as Net.AddressInfo).port}` }, true))
+            })
             accepted.push(socket)
           })
           server.listen(0, host, () => resume(Effect.succeed(server)))
@@ -461,9 +447,9 @@ describe("FrameCodec", () => {
       sequenced(from, to, 2, new Uint8Array(0)),
       sequenced(from, to, 3, new Uint8Array(5000).fill(9))
     ]
-    const stream = Buffer.concat([SocketTransport.Preamble, ...envelopes.map(frameOf)])
+    const stream = Buffer.concat(envelopes.map(frameOf))
     for (const step of [1, 3, 7, 64, 1000, stream.length]) {
-      const reader = new FrameReader(SocketTransport.MaxFrameSize, true)
+      const reader = new FrameReader(SocketTransport.MaxFrameSize)
       const decode = makeBodyDecoder()
       const got: Array<Envelope | undefined> = []
       for (let offset = 0; offset < stream.length; offset += step) {

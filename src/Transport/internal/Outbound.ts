@@ -1,0 +1,330 @@
+/**
+ * Outgoing connections. A node dials each peer it posts to and keeps one connection per peer
+ * shared by every flow, plus a second one, opened on first use, for senders of large frames
+ * (`BulkSenders.ts`): megabytes of chunks waiting in the kernel's socket buffers would otherwise
+ * delay every small frame of every other flow behind them. Over its own connection a node only
+ * sends, except for the answers to its lookups, which come back the same way.
+ *
+ * Posting never blocks: frames are encoded in the caller and queued per connection up to
+ * `outgoingBufferBytes`; one writer fiber per connection drains what is queued in one socket
+ * write (up to a batch size) and waits for that write to reach the kernel before the next, so a
+ * peer that stops reading costs at most the cap. A connection's queue has one lane per sending
+ * controller, taken round-robin (`FairQueue.ts`): a flow with a window of frames queued delays
+ * another flow's next frame by one of its frames, not by its whole window. Overflow, an
+ * unreachable peer and oversized frames drop and count; the protocol resends.
+ *
+ * A peer exists only while something needs it: its connection closes after half of
+ * `idleTimeout` without a post, and a peer with nothing queued is forgotten; an unreachable peer
+ * is forgotten, with what was queued for it, when `reconnect` ends or when nothing was posted to
+ * it for `idleTimeout`. A later post starts afresh.
+ */
+import { Clock, Data, Deferred, Duration, Effect, Either, FiberSet, Schedule } from "effect"
+import type { Scope } from "effect"
+import * as Net from "node:net"
+import * as Tls from "node:tls"
+import type { Envelope } from "../../Protocol/WireMessage.js"
+import { BulkSenders } from "./BulkSenders.js"
+import { Connection } from "./Connection.js"
+import type { WriteFailure } from "./Connection.js"
+import { bodyLength, writeFrames, writeFramesInto } from "./FrameCodec.js"
+import type { EncodedFrame } from "./FrameCodec.js"
+import { FairQueue } from "./FairQueue.js"
+import { FrameIntake } from "./FrameIntake.js"
+import { introduce } from "./Handshake.js"
+import type { HandshakeSelf } from "./Handshake.js"
+import { checkCertificate } from "./PeerIdentity.js"
+import type { SocketConfig } from "./SocketConfig.js"
+import type { Counters } from "./SocketStats.js"
+
+/**
+ * One socket write gathers queued frames up to this many bytes (or a single larger frame). It
+ * also bounds how long a frame can wait behind a write already handed to the socket.
+ */
+const BatchBytes = 512 * 1024
+
+/** The largest frame a peer may send back over this node's connection: lookup replies are small. */
+const ReplyFrameBytes = 64 * 1024
+
+export interface OutboundParts {
+  readonly config: SocketConfig
+  readonly counters: Counters
+  readonly self: HandshakeSelf
+  readonly parseNode: (node: string) => { readonly host: string; readonly port: number } | undefined
+  readonly deliver: (envelope: Envelope) => void
+}
+
+export interface Outbound {
+  /** Queues `frame` from `sender` for node `target`, or drops and counts it. */
+  readonly send: (target: string, sender: string, frame: EncodedFrame) => void
+}
+
+/**
+ * Outgoing state of one connection to a peer node (its ordinary or its bulk connection); only
+ * the connection's writer fiber takes from `frames`.
+ */
+interface Peer {
+  readonly node: string
+  readonly host: string
+  readonly port: number
+  /** Queued frames, one lane per sending controller (keyed by its inbox key). */
+  readonly frames: FairQueue<EncodedFrame>
+  pendingBytes: number
+  inFlightBytes: number
+  /** Frames ever queued: tells the reconnect loop whether anyone still posts to this peer. */
+  posts: number
+  /**
+   * The batch buffer of the current connection, reused write after write (each write completes
+   * before the next batch is taken): per-write allocations of up to 512 KiB otherwise dominate
+   * the garbage collector's work at high rates. Fresh per connection.
+   */
+  batch: Buffer | undefined
+  wake: (() => void) | undefined
+  /** The last handshake failure logged, so a peer that keeps failing the same way logs it once. */
+  lastFailure: string | undefined
+}
+
+/** A connection attempt failed: before TCP was up (`dial`), or in TLS or the handshake. */
+class ConnectFailure extends Data.TaggedError("ConnectFailure")<{
+  readonly stage: "dial" | "handshake"
+  readonly reason: string
+}> {}
+
+const waitForFrames = (peer: Peer): Effect.Effect<void> =>
+  Effect.async<void>((resume) => {
+    if (!peer.frames.isEmpty) return resume(Effect.void)
+    peer.wake = () => {
+      peer.wake = undefined
+      resume(Effect.void)
+    }
+    return Effect.sync(() => {
+      peer.wake = undefined
+    })
+  })
+
+const noop = () => {}
+
+const describeError = (cause: unknown): string => cause instanceof Error ? cause.message.split("\n")[0] : String(cause)
+
+// Plain or TLS. Its release destroys the socket rather than waiting for buffered bytes to drain,
+// i.e. forever when the peer has stopped reading, so closing a scope always frees it.
+const dial = (peer: Peer, config: SocketConfig): Effect.Effect<Net.Socket, ConnectFailure, Scope.Scope> =>
+  Effect.acquireRelease(
+    Effect.async<Net.Socket, ConnectFailure>((resume) => {
+      const options = { host: peer.host, port: peer.port, noDelay: true, keepAlive: true }
+      const tls = config.tls
+      const socket = tls === undefined
+        ? Net.createConnection(options)
+        : Tls.connect({ ...options, secureContext: tls.clientContext, minVersion: "TLSv1.3", ...(Net.isIP(peer.host) === 0 ? { servername: peer.host } : {}) })
+      let tcpUp = false
+      socket.on("error", noop)
+      socket.once("connect", () => void (tcpUp = true))
+      const onError = (cause: Error) =>
+        resume(Effect.fail(tcpUp
+          ? new ConnectFailure({ stage: "handshake", reason: `TLS handshake failed: ${describeError(cause)} (does it run without TLS, or trust another CA?)` })
+          : new ConnectFailure({ stage: "dial", reason: describeError(cause) })))
+      socket.once("error", onError)
+      socket.once(tls === undefined ? "connect" : "secureConnect", () => {
+        socket.off("error", onError)
+        resume(Effect.succeed(socket))
+      })
+      return Effect.sync(() => socket.destroy())
+    }),
+    (socket) => Effect.sync(() => socket.destroy())
+  )
+
+/** Dials `peer` and runs the handshake, within `connectTimeout`; succeeds with the connection and the peer's node name. */
+const connect = (peer: Peer, parts: OutboundParts): Effect.Effect<{ readonly connection: Connection; readonly node: string }, ConnectFailure, Scope.Scope> => {
+  let stage: "dial" | "handshake" = "dial"
+  return Effect.gen(function*() {
+    const socket = yield* dial(peer, parts.config)
+    stage = "handshake"
+    if (socket instanceof Tls.TLSSocket) {
+      const problem = checkCertificate(socket, parts.config.tls?.allowedNames)
+      if (problem !== undefined) return yield* new ConnectFailure({ stage, reason: problem })
+    }
+    const connection = yield* Connection.make(socket)
+    const node = yield* Effect.mapError(introduce(connection, parts.self), (failure) => new ConnectFailure({ stage, reason: failure.reason }))
+    return { connection, node }
+  }).pipe(
+    Effect.timeoutFail({
+      duration: parts.config.connectTimeout,
+      onTimeout: () => new ConnectFailure({ stage, reason: `no connection within connectTimeout (${Duration.format(parts.config.connectTimeout)})` })
+    })
+  )
+}
+
+/** Queued frames in turn, up to BatchBytes (at least one frame), as one buffer. */
+const takeBatch = (peer: Peer, counters: Counters): Buffer => {
+  const queue = peer.frames
+  const frames = [queue.take()!]
+  let size = frames[0].size
+  for (let next = queue.peek(); next !== undefined && size + next.size <= BatchBytes; next = queue.peek()) {
+    frames.push(queue.take()!)
+    size += next.size
+  }
+  const count = frames.length
+  const bytes = size <= BatchBytes
+    ? writeFramesInto((peer.batch ??= Buffer.allocUnsafeSlow(BatchBytes)).subarray(0, size), frames, 0, count)
+    : writeFrames(frames, 0, count, size)
+  peer.pendingBytes -= size
+  peer.inFlightBytes = size
+  counters.framesSent += count
+  counters.writes++
+  return bytes
+}
+
+// Each write waits for its callback (the bytes reached the kernel): that is the backpressure that
+// keeps a non-reading peer from growing anything but the capped queue. Ends when nothing was
+// posted for `idle`.
+const writeLoop = (peer: Peer, counters: Counters, connection: Connection, idle: Duration.Duration): Effect.Effect<void, WriteFailure> => {
+  const releaseInFlight = Effect.sync(() => {
+    counters.bufferedBytes -= peer.inFlightBytes
+    peer.inFlightBytes = 0
+  })
+  const writeBatch = Effect.suspend(() => Effect.ensuring(connection.write(takeBatch(peer, counters)), releaseInFlight))
+  const posted = Effect.timeoutTo(waitForFrames(peer), { duration: idle, onSuccess: () => true, onTimeout: () => false })
+  return Effect.gen(function*() {
+    while (true) {
+      if (peer.frames.isEmpty && !(yield* posted)) return
+      yield* writeBatch
+    }
+  })
+}
+
+/** Makes the outgoing side, for the life of the scope. */
+export const makeOutbound = (parts: OutboundParts): Effect.Effect<Outbound, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const { config, counters } = parts
+    const runPeer = yield* FiberSet.makeRuntime<never>()
+    let closed = false
+    yield* Effect.addFinalizer(() => Effect.sync(() => void (closed = true)))
+    // Outgoing connections by peer node: for ordinary senders, and for senders of large frames.
+    const peers = new Map<string, Peer>()
+    const bulkPeers = new Map<string, Peer>()
+    const bulkSenders = new BulkSenders()
+    const writerIdle = Duration.millis(Duration.toMillis(config.idleTimeout) / 2)
+    const unusedMs = Duration.toMillis(config.idleTimeout)
+
+    const reportFailure = (peer: Peer, failure: ConnectFailure) =>
+      Effect.suspend(() => {
+        // A peer that is down is no news (the reconnect schedule handles it); a handshake that
+        // fails is a configuration or a security problem.
+        if (failure.stage === "dial") return Effect.void
+        counters.handshakesFailed++
+        if (failure.reason === peer.lastFailure) return Effect.void
+        peer.lastFailure = failure.reason
+        return Effect.logWarning(`socket transport: cannot connect to ${peer.node}: ${failure.reason}`)
+      })
+
+    /** One connection's life; succeeds with whether it ever connected. */
+    const session = (peer: Peer): Effect.Effect<boolean> => {
+      let connected = false
+      // A write interrupted with its connection may still be referenced by that socket: never reuse.
+      peer.batch = undefined
+      return Effect.scoped(Effect.gen(function*() {
+        const { connection, node } = yield* connect(peer, parts)
+        connected = true
+        peer.lastFailure = undefined
+        counters.connectionsOpened++
+        counters.connectedPeers++
+        const intake = new FrameIntake(ReplyFrameBytes, (envelope) => envelope.message._tag === "LookupReply" && envelope.from.node === node, counters, parts.deliver)
+        connection.serve((chunk) => {
+          if (intake.push(chunk) === undefined) return
+          counters.connectionsRejected++
+          connection.destroy()
+        })
+        yield* Effect.raceFirst(writeLoop(peer, counters, connection, writerIdle), Deferred.await(connection.closed)).pipe(
+          Effect.ensuring(Effect.sync(() => counters.connectedPeers--))
+        )
+      })).pipe(
+        Effect.catchTag("ConnectFailure", (failure) => reportFailure(peer, failure)),
+        Effect.ignore,
+        Effect.zipRight(Effect.sync(() => connected))
+      )
+    }
+
+    const forget = (peer: Peer, connections: Map<string, Peer>) => {
+      counters.droppedUnreachable += peer.frames.clear()
+      counters.bufferedBytes -= peer.pendingBytes
+      peer.pendingBytes = 0
+      if (connections.get(peer.node) === peer) connections.delete(peer.node)
+      counters.knownPeers = peers.size + bulkPeers.size
+    }
+
+    /**
+     * A peer's writer fiber: connects, writes until the connection is lost or idle, and after a
+     * lost or failed connection waits per the schedule, which restarts after every connection
+     * that came up.
+     */
+    const peerLoop = (peer: Peer, connections: Map<string, Peer>): Effect.Effect<void> =>
+      Effect.gen(function*() {
+        const driver = yield* Schedule.driver(config.reconnect)
+        let postsSeen = peer.posts
+        let usedAt = yield* Clock.currentTimeMillis
+        while (true) {
+          if (yield* session(peer)) yield* driver.reset
+          const now = yield* Clock.currentTimeMillis
+          if (peer.frames.isEmpty) break
+          if (peer.posts !== postsSeen) {
+            postsSeen = peer.posts
+            usedAt = now
+          } else if (now - usedAt >= unusedMs) break
+          if (Either.isLeft(yield* Effect.either(driver.next(undefined)))) break
+        }
+        forget(peer, connections)
+      })
+
+    // After the scope closes no writer runs, so nothing may be queued (it would never drain).
+    const peerOf = (target: string, bulk: boolean): Peer | undefined => {
+      if (closed) return undefined
+      const connections = bulk ? bulkPeers : peers
+      const existing = connections.get(target)
+      if (existing !== undefined) return existing
+      const address = parts.parseNode(target)
+      if (address === undefined) {
+        counters.undeliverable++
+        return undefined
+      }
+      if (connections.size >= config.maxPeers) {
+        counters.droppedPeerLimit++
+        return undefined
+      }
+      const peer: Peer = {
+        node: target,
+        ...address,
+        frames: new FairQueue(),
+        pendingBytes: 0,
+        inFlightBytes: 0,
+        posts: 0,
+        wake: undefined,
+        batch: undefined,
+        lastFailure: undefined
+      }
+      connections.set(target, peer)
+      counters.knownPeers = peers.size + bulkPeers.size
+      runPeer(peerLoop(peer, connections))
+      return peer
+    }
+
+    /** Queues one frame for a peer connection, or drops it (buffer full) and counts it. */
+    const enqueue = (peer: Peer, sender: string, frame: EncodedFrame): void => {
+      const buffered = peer.pendingBytes + peer.inFlightBytes + frame.size
+      if (buffered > config.outgoingBufferBytes) {
+        counters.droppedOverflow++
+        return
+      }
+      peer.frames.push(sender, frame)
+      peer.posts++
+      peer.pendingBytes += frame.size
+      counters.bufferedBytes += frame.size
+      if (buffered > counters.peakPeerBufferedBytes) counters.peakPeerBufferedBytes = buffered
+      if (peer.wake !== undefined) peer.wake()
+    }
+
+    return {
+      send: (target, sender, frame) => {
+        const peer = peerOf(target, bulkSenders.classify(sender, bodyLength(frame)))
+        if (peer !== undefined) enqueue(peer, sender, frame)
+      }
+    }
+  })

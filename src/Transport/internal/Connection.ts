@@ -67,7 +67,7 @@ export class Connection {
           return true
         }
         if (this.isClosed) {
-          resume(Effect.fail(new HandshakeFailure({ reason: "the connection closed during the handshake" })))
+          resume(Effect.fail(new HandshakeFailure({ reason: "the peer closed the connection during the handshake (it may require TLS or a shared secret, or have refused this node)" })))
           return true
         }
         return false

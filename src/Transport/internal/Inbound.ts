@@ -23,7 +23,7 @@ import { welcome } from "./Handshake.js"
 import type { HandshakeSelf } from "./Handshake.js"
 import type { Hello } from "./HandshakeProtocol.js"
 import { LogThrottle } from "./LogThrottle.js"
-import { checkCertificate, checkCertificateHost, checkHostAddress } from "./PeerIdentity.js"
+import { checkCertificate, checkCertificateHost, checkHostAddress, describeTlsError } from "./PeerIdentity.js"
 import type { SocketConfig } from "./SocketConfig.js"
 import type { Counters } from "./SocketStats.js"
 
@@ -66,15 +66,6 @@ interface Incoming {
   closing: boolean
 }
 
-const describeTlsError = (error: Error & { readonly code?: string }): string => {
-  const code = error.code ?? ""
-  if (/WRONG_VERSION_NUMBER|HTTP_REQUEST|UNKNOWN_PROTOCOL|PACKET_LENGTH_TOO_LONG|RECORD_LENGTH_MISMATCH/.test(code)) {
-    return "it does not speak TLS and this node requires TLS"
-  }
-  if (code === "ECONNRESET") return "it hung up during the TLS handshake (it may not trust this node's certificate)"
-  return `TLS handshake failed: ${error.message.split("\n")[0]}`
-}
-
 /** Which node a lookup may be answered for, and which sockets are open, for the life of the scope. */
 export const makeInbound = (parts: InboundParts): Effect.Effect<Inbound, never, Scope.Scope> =>
   Effect.gen(function*() {
@@ -87,9 +78,13 @@ export const makeInbound = (parts: InboundParts): Effect.Effect<Inbound, never, 
     const refusals = new LogThrottle(RefusalLogWindowMs)
     yield* Effect.addFinalizer(() => Effect.sync(() => sockets.forEach((socket) => socket.destroy())))
 
-    const logRefusal = (address: string, line: string) => {
-      if (refusals.allow(address, Date.now())) run(Effect.logWarning(`socket transport: ${line}`))
+    // Keyed by address and reason: a flood logs a line per source and reason, not per connection.
+    const logRefusal = (address: string, reason: string, line: string) => {
+      if (refusals.allow(`${address} ${reason}`, Date.now())) run(Effect.logWarning(`socket transport: ${line}`))
     }
+    // Where each accepted socket came from, kept past its close for the log line of a failed TLS
+    // handshake (a TLS socket forgets its peer's address once destroyed).
+    const origins = new WeakMap<Net.Socket, string>()
 
     const onChunk = (incoming: Incoming, chunk: Buffer) => {
       if (incoming.closing) return
@@ -184,7 +179,7 @@ export const makeInbound = (parts: InboundParts): Effect.Effect<Inbound, never, 
         Effect.catchAll((failure) =>
           Effect.sync(() => {
             counters.handshakesRefused++
-            logRefusal(socket.remoteAddress ?? from, `refused a connection from ${from}: ${failure.reason}`)
+            logRefusal(socket.remoteAddress ?? from, failure.reason, `refused a connection from ${from}: ${failure.reason}`)
           })
         )
       )
@@ -197,8 +192,11 @@ export const makeInbound = (parts: InboundParts): Effect.Effect<Inbound, never, 
     tlsServer?.on("secureConnection", (socket: Tls.TLSSocket) => run(serve(socket)))
     tlsServer?.on("tlsClientError", (error: Error, socket: Tls.TLSSocket) => {
       counters.handshakesRefused++
-      const address = socket.remoteAddress ?? "unknown"
-      logRefusal(address, `refused a connection from ${address}:${socket.remotePort}: ${describeTlsError(error)}`)
+      // The TLS socket's `_parent` is the accepted socket it wraps (an internal of node:tls).
+      const raw = (socket as unknown as { readonly _parent?: Net.Socket })._parent
+      const origin = (raw === undefined ? undefined : origins.get(raw)) ?? "an unknown address"
+      const reason = describeTlsError(error, "listener")
+      logRefusal(origin.slice(0, origin.lastIndexOf(":")), reason, `refused a connection from ${origin}: ${reason}`)
     })
 
     const accept = (socket: Net.Socket) => {
@@ -211,7 +209,7 @@ export const makeInbound = (parts: InboundParts): Effect.Effect<Inbound, never, 
         const cap = fromAddress >= config.maxConnectionsPerAddress
           ? `maxConnectionsPerAddress (${config.maxConnectionsPerAddress})`
           : `maxConnections (${config.maxConnections})`
-        logRefusal(address, `refused a connection from ${address}: ${cap} reached`)
+        logRefusal(address, cap, `refused a connection from ${address}: ${cap} reached`)
         return
       }
       counters.incomingConnections++
@@ -225,6 +223,7 @@ export const makeInbound = (parts: InboundParts): Effect.Effect<Inbound, never, 
         else perAddress.set(address, left)
       })
       socket.setNoDelay(true)
+      origins.set(socket, `${address}:${socket.remotePort}`)
       if (tlsServer === undefined) run(serve(socket))
       else tlsServer.emit("connection", socket)
     }

@@ -32,7 +32,7 @@ import { FairQueue } from "./FairQueue.js"
 import { FrameIntake } from "./FrameIntake.js"
 import { introduce } from "./Handshake.js"
 import type { HandshakeSelf } from "./Handshake.js"
-import { checkCertificate } from "./PeerIdentity.js"
+import { checkCertificate, describeTlsError } from "./PeerIdentity.js"
 import type { SocketConfig } from "./SocketConfig.js"
 import type { Counters } from "./SocketStats.js"
 
@@ -70,8 +70,11 @@ interface Peer {
   readonly frames: FairQueue<EncodedFrame>
   pendingBytes: number
   inFlightBytes: number
-  /** Frames ever queued: tells the reconnect loop whether anyone still posts to this peer. */
+  /** Frames ever queued: tells the reconnect loop and the idle check whether anyone still posts to this peer. */
   posts: number
+  /** The connection while one is up, and since when (ms) `posts` has not moved, for the idle check. */
+  connection: Connection | undefined
+  quiet: { posts: number; since: number }
   /**
    * The batch buffer of the current connection, reused write after write (each write completes
    * before the next batch is taken): per-write allocations of up to 512 KiB otherwise dominate
@@ -103,7 +106,6 @@ const waitForFrames = (peer: Peer): Effect.Effect<void> =>
 
 const noop = () => {}
 
-const describeError = (cause: unknown): string => cause instanceof Error ? cause.message.split("\n")[0] : String(cause)
 
 // Plain or TLS. Its release destroys the socket rather than waiting for buffered bytes to drain,
 // i.e. forever when the peer has stopped reading, so closing a scope always frees it.
@@ -120,8 +122,8 @@ const dial = (peer: Peer, config: SocketConfig): Effect.Effect<Net.Socket, Conne
       socket.once("connect", () => void (tcpUp = true))
       const onError = (cause: Error) =>
         resume(Effect.fail(tcpUp
-          ? new ConnectFailure({ stage: "handshake", reason: `TLS handshake failed: ${describeError(cause)} (does it run without TLS, or trust another CA?)` })
-          : new ConnectFailure({ stage: "dial", reason: describeError(cause) })))
+          ? new ConnectFailure({ stage: "handshake", reason: describeTlsError(cause, "dialer") })
+          : new ConnectFailure({ stage: "dial", reason: cause.message })))
       socket.once("error", onError)
       socket.once(tls === undefined ? "connect" : "secureConnect", () => {
         socket.off("error", onError)
@@ -174,21 +176,14 @@ const takeBatch = (peer: Peer, counters: Counters): Buffer => {
 }
 
 // Each write waits for its callback (the bytes reached the kernel): that is the backpressure that
-// keeps a non-reading peer from growing anything but the capped queue. Ends when nothing was
-// posted for `idle`.
-const writeLoop = (peer: Peer, counters: Counters, connection: Connection, idle: Duration.Duration): Effect.Effect<void, WriteFailure> => {
+// keeps a non-reading peer from growing anything but the capped queue.
+const writeLoop = (peer: Peer, counters: Counters, connection: Connection): Effect.Effect<never, WriteFailure> => {
   const releaseInFlight = Effect.sync(() => {
     counters.bufferedBytes -= peer.inFlightBytes
     peer.inFlightBytes = 0
   })
   const writeBatch = Effect.suspend(() => Effect.ensuring(connection.write(takeBatch(peer, counters)), releaseInFlight))
-  const posted = Effect.timeoutTo(waitForFrames(peer), { duration: idle, onSuccess: () => true, onTimeout: () => false })
-  return Effect.gen(function*() {
-    while (true) {
-      if (peer.frames.isEmpty && !(yield* posted)) return
-      yield* writeBatch
-    }
-  })
+  return Effect.forever(Effect.zipRight(waitForFrames(peer), writeBatch))
 }
 
 /** Makes the outgoing side, for the life of the scope. */
@@ -202,8 +197,21 @@ export const makeOutbound = (parts: OutboundParts): Effect.Effect<Outbound, neve
     const peers = new Map<string, Peer>()
     const bulkPeers = new Map<string, Peer>()
     const bulkSenders = new BulkSenders()
-    const writerIdle = Duration.millis(Duration.toMillis(config.idleTimeout) / 2)
     const unusedMs = Duration.toMillis(config.idleTimeout)
+
+    // Closes connections nothing was posted to for half of `idleTimeout` (the listener's own
+    // idle timeout would otherwise close them, possibly under a frame in flight). A check on the
+    // post counters, so the writer's hot path carries no timer.
+    const closeIdle = Effect.sync(() => {
+      const now = Date.now()
+      for (const connections of [peers, bulkPeers]) {
+        for (const peer of connections.values()) {
+          if (peer.posts !== peer.quiet.posts) peer.quiet = { posts: peer.posts, since: now }
+          else if (peer.connection !== undefined && peer.frames.isEmpty && now - peer.quiet.since >= unusedMs / 2) peer.connection.destroy()
+        }
+      }
+    })
+    yield* Effect.forkScoped(Effect.repeat(closeIdle, Schedule.spaced(Duration.millis(Math.min(1000, Math.max(10, unusedMs / 8))))))
 
     const reportFailure = (peer: Peer, failure: ConnectFailure) =>
       Effect.suspend(() => {
@@ -233,8 +241,12 @@ export const makeOutbound = (parts: OutboundParts): Effect.Effect<Outbound, neve
           counters.connectionsRejected++
           connection.destroy()
         })
-        yield* Effect.raceFirst(writeLoop(peer, counters, connection, writerIdle), Deferred.await(connection.closed)).pipe(
-          Effect.ensuring(Effect.sync(() => counters.connectedPeers--))
+        peer.connection = connection
+        yield* Effect.raceFirst(writeLoop(peer, counters, connection), Deferred.await(connection.closed)).pipe(
+          Effect.ensuring(Effect.sync(() => {
+            peer.connection = undefined
+            counters.connectedPeers--
+          }))
         )
       })).pipe(
         Effect.catchTag("ConnectFailure", (failure) => reportFailure(peer, failure)),
@@ -296,6 +308,8 @@ export const makeOutbound = (parts: OutboundParts): Effect.Effect<Outbound, neve
         pendingBytes: 0,
         inFlightBytes: 0,
         posts: 0,
+        connection: undefined,
+        quiet: { posts: 0, since: Date.now() },
         wake: undefined,
         batch: undefined,
         lastFailure: undefined

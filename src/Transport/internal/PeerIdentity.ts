@@ -86,6 +86,21 @@ export const checkCertificateHost = (socket: Tls.TLSSocket, node: string, host: 
   return error === undefined ? undefined : `its certificate does not name the host of node ${node} (${error.message})`
 }
 
+/** A failed TLS handshake in words for a log line, from the side that saw it fail. */
+export const describeTlsError = (error: Error & { readonly code?: string; readonly reason?: string }, side: "dialer" | "listener"): string => {
+  const code = error.code ?? ""
+  if (side === "listener" && /WRONG_VERSION_NUMBER|HTTP_REQUEST|UNKNOWN_PROTOCOL|PACKET_LENGTH_TOO_LONG|RECORD_LENGTH_MISMATCH/.test(code)) {
+    return "it does not speak TLS and this node requires TLS"
+  }
+  if (code === "ECONNRESET") {
+    return side === "listener"
+      ? "it hung up during the TLS handshake (it may not trust this node's certificate)"
+      : "TLS handshake failed: the peer hung up (does it run without TLS?)"
+  }
+  const detail = error.reason ?? error.message.split("\n")[0]
+  return `TLS handshake failed: ${detail}${side === "dialer" ? " (does the peer trust another CA, or run without TLS?)" : ""}`
+}
+
 const unmapped = (address: string): string => address.startsWith("::ffff:") ? address.slice(7) : address
 
 /** Why a plain peer may not speak for `node` (host `host`): the host does not resolve to where it connects from. */

@@ -27,6 +27,8 @@ export const startNode = (
     readonly port?: number
     readonly maxFrameSize?: number
     readonly lookupTimeout?: Duration.DurationInput
+    /** More transport options (limits, TLS...). */
+    readonly transport?: Partial<SocketTransport.SocketTransportOptions>
     readonly wrap?: (socket: Layer.Layer<Transport>) => Layer.Layer<Transport>
   } = {}
 ): Effect.Effect<Node, SocketTransport.SocketTransportError, Scope.Scope> =>
@@ -37,7 +39,8 @@ export const startNode = (
         host,
         port: options.port ?? 0,
         reconnect: Schedule.spaced(Duration.millis(20)),
-        ...(options.maxFrameSize === undefined ? {} : { maxFrameSize: options.maxFrameSize })
+        ...(options.maxFrameSize === undefined ? {} : { maxFrameSize: options.maxFrameSize }),
+        ...options.transport
       }),
       Scope.Scope,
       scope

@@ -16,13 +16,13 @@ export interface RawClient {
   readonly received: () => Buffer
 }
 
-/** A raw TCP client on `port`, destroyed with the scope. */
-export const rawClient = (port: number) =>
+/** A raw TCP client on `port` (from `localAddress`, another loopback address, when given), destroyed with the scope. */
+export const rawClient = (port: number, localAddress?: string) =>
   Effect.acquireRelease(
     Effect.async<RawClient, Error>((resume) => {
       let closed = false
       let received = Buffer.alloc(0)
-      const socket = Net.createConnection({ host, port })
+      const socket = Net.createConnection({ host, port, ...(localAddress === undefined ? {} : { localAddress }) })
       socket.on("error", () => {})
       socket.on("close", () => void (closed = true))
       socket.on("data", (chunk: Buffer) => void (received = Buffer.concat([received, chunk])))
@@ -51,10 +51,10 @@ const awaitWelcome = (client: RawClient) =>
     Effect.timeoutFail({ duration: Duration.seconds(10), onTimeout: () => new Error("no Welcome within 10s") })
   )
 
-/** A raw client past the plain handshake, as node `node` (its host must be 127.0.0.1). */
-export const rawPeer = (port: number, node = `${host}:9`) =>
+/** A raw client past the plain handshake, as node `node` (whose host must be `localAddress`, 127.0.0.1 by default). */
+export const rawPeer = (port: number, node = `${host}:9`, localAddress?: string) =>
   Effect.gen(function*() {
-    const client = yield* rawClient(port)
+    const client = yield* rawClient(port, localAddress)
     client.socket.write(encodeMessage({ _tag: "Hello", node, auth: "none" }, true))
     yield* awaitWelcome(client)
     return client

@@ -29,7 +29,7 @@ export const DefaultSocketLimits = {
   connectTimeout: Duration.seconds(5),
   maxConnections: 512,
   maxConnectionsPerAddress: 64,
-  inboundBufferBytes: 64 * 1024 * 1024,
+  inboundBufferBytes: 32 * 1024 * 1024,
   readTimeout: Duration.seconds(20),
   idleTimeout: Duration.seconds(60),
   maxPeers: 1024,
@@ -82,7 +82,7 @@ export interface SocketTransportOptions {
   /**
    * Bytes of incomplete frames held over all incoming connections; at least `maxFrameSize + 4`.
    * Past it, a connection holding more than 64 KiB of one frame is closed (`droppedInboundOverflow`).
-   * Default 64 MiB.
+   * Default 32 MiB.
    */
   readonly inboundBufferBytes?: number
   /** A frame must arrive whole this long after its first byte, or its connection is closed (`timedOut`). Default 20s. */

@@ -41,15 +41,14 @@ const firstMessage = (bytes: Buffer): { readonly _tag: string } | undefined => {
 
 /** Polls until the server welcomed the client; fails if it refused or hung up. */
 const awaitWelcome = (client: RawClient) =>
-  Effect.suspend(() => {
+  Effect.gen(function*() {
+    yield* Effect.sync(() => firstMessage(client.received()) !== undefined || client.closed()).pipe(
+      Effect.repeat({ until: (answered) => answered, schedule: Schedule.spaced(Duration.millis(5)) }),
+      Effect.timeoutFail({ duration: Duration.seconds(10), onTimeout: () => new Error("no Welcome within 10s") })
+    )
     const message = firstMessage(client.received())
-    if (message?._tag === "Welcome") return Effect.void
-    if (message !== undefined || client.closed()) return Effect.die(new Error(`not welcomed: ${JSON.stringify(message)}`))
-    return Effect.fail("pending" as const)
-  }).pipe(
-    Effect.retry(Schedule.spaced(Duration.millis(5))),
-    Effect.timeoutFail({ duration: Duration.seconds(10), onTimeout: () => new Error("no Welcome within 10s") })
-  )
+    if (message?._tag !== "Welcome") return yield* Effect.fail(new Error(`not welcomed: ${JSON.stringify(message)}`))
+  })
 
 /** A raw client past the plain handshake, as node `node` (whose host must be `localAddress`, 127.0.0.1 by default). */
 export const rawPeer = (port: number, node = `${host}:9`, localAddress?: string) =>

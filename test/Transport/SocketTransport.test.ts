@@ -1,6 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Chunk, Context, Duration, Effect, Either, Exit, Layer, Queue, Schedule, Scope } from "effect"
 import * as Net from "node:net"
+import { systemAddress } from "../../src/internal/NodeLookup.js"
 import type { ControllerAddress } from "../../src/Protocol/Address.js"
 import type { Envelope, WireMessage } from "../../src/Protocol/WireMessage.js"
 import * as FaultyTransport from "../../src/Transport/FaultyTransport.js"
@@ -9,6 +10,7 @@ import { encodeMessage } from "../../src/Transport/internal/HandshakeProtocol.js
 import * as SocketTransport from "../../src/Transport/SocketTransport.js"
 import { Transport } from "../../src/Transport/Transport.js"
 import type { TransportService } from "../../src/Transport/Transport.js"
+import { startNode } from "../support/Nodes.js"
 import { lengthPrefix, rawClient, rawPeer } from "../support/RawPeer.js"
 
 const host = "127.0.0.1"
@@ -386,6 +388,28 @@ describe("SocketTransport", () => {
       yield* Scope.close(aScope, Exit.void).pipe(Effect.timeoutFail({ duration: Duration.seconds(5), onTimeout: () => new Error("close hung") }))
       yield* Effect.forEach(accepted, (socket) => Effect.sync(() => socket.resume()))
       yield* waitUntil("the peer to see the connection close", () => closedSockets() === accepted.length)
+    }))
+
+  it.scopedLive("answers a lookup over the asking node's own connection, never by dialing; over another of its connections when that one closed", () =>
+    Effect.gen(function*() {
+      const b = yield* startNode()
+      const asker = "127.0.0.1:9"
+      // Two connections announcing the same node, as a node's ordinary and bulk connections do.
+      const first = yield* rawPeer(b.port, asker)
+      const second = yield* rawPeer(b.port, asker)
+      const welcomed = first.received().length
+      second.socket.destroy()
+      yield* waitUntil("b to see the second connection close", () => b.transport.stats().incomingConnections === 1)
+      const lookup: Envelope = { from: systemAddress(asker), to: systemAddress(b.node), message: { _tag: "Lookup", requestId: "r-1", name: "nobody" } }
+      first.socket.write(frameOf(lookup))
+      yield* waitUntil("the answer", () => first.received().length > welcomed)
+      const answers: Array<Envelope | undefined> = []
+      const decode = makeBodyDecoder()
+      new FrameReader(SocketTransport.MaxFrameSize).push(first.received().subarray(welcomed), (buffer, start, end, owned) => {
+        answers.push(decode(buffer, start, end, owned))
+      })
+      expect(answers.map((answer) => answer?.message)).toEqual([{ _tag: "LookupReply", requestId: "r-1" }])
+      expect(b.transport.stats()).toMatchObject({ connectionsOpened: 0, knownPeers: 0 })
     }))
 
   it.scopedLive("works under FaultyTransport.layerWrap", () =>

@@ -66,7 +66,7 @@ interface Incoming {
   closing: boolean
 }
 
-/** Which node a lookup may be answered for, and which sockets are open, for the life of the scope. */
+/** Accepts, checks and reads incoming connections, for the life of the scope. */
 export const makeInbound = (parts: InboundParts): Effect.Effect<Inbound, never, Scope.Scope> =>
   Effect.gen(function*() {
     const { config, counters } = parts
@@ -74,7 +74,8 @@ export const makeInbound = (parts: InboundParts): Effect.Effect<Inbound, never, 
     const sockets = new Set<Net.Socket>()
     const perAddress = new Map<string, number>()
     const open = new Set<Incoming>()
-    const byNode = new Map<string, Incoming>()
+    // A node's incoming connections, latest last (its ordinary one and, once used, its bulk one).
+    const byNode = new Map<string, Array<Incoming>>()
     const refusals = new LogThrottle(RefusalLogWindowMs)
     yield* Effect.addFinalizer(() => Effect.sync(() => sockets.forEach((socket) => socket.destroy())))
 
@@ -129,13 +130,15 @@ export const makeInbound = (parts: InboundParts): Effect.Effect<Inbound, never, 
             closing: false
           }
           open.add(incoming)
-          byNode.set(node, incoming)
+          byNode.set(node, [...(byNode.get(node) ?? []), incoming])
           return incoming
         }),
         (incoming) =>
           Effect.sync(() => {
             open.delete(incoming)
-            if (byNode.get(incoming.node) === incoming) byNode.delete(incoming.node)
+            const others = (byNode.get(incoming.node) ?? []).filter((other) => other !== incoming)
+            if (others.length === 0) byNode.delete(incoming.node)
+            else byNode.set(incoming.node, others)
             counters.inboundBufferedBytes -= incoming.buffered
             incoming.buffered = 0
           })
@@ -189,7 +192,10 @@ export const makeInbound = (parts: InboundParts): Effect.Effect<Inbound, never, 
       ...config.tls.serverOptions,
       handshakeTimeout: Duration.toMillis(config.connectTimeout)
     })
-    tlsServer?.on("secureConnection", (socket: Tls.TLSSocket) => run(serve(socket)))
+    tlsServer?.on("secureConnection", (socket: Tls.TLSSocket) => {
+      socket.on("error", () => {})
+      run(serve(socket))
+    })
     tlsServer?.on("tlsClientError", (error: Error, socket: Tls.TLSSocket) => {
       counters.handshakesRefused++
       // The TLS socket's `_parent` is the accepted socket it wraps (an internal of node:tls).
@@ -248,8 +254,8 @@ export const makeInbound = (parts: InboundParts): Effect.Effect<Inbound, never, 
     yield* Effect.forkScoped(Effect.repeat(sweep, Schedule.spaced(sweepEvery)))
 
     const reply = (node: string, frame: EncodedFrame) => {
-      const incoming = byNode.get(node)
-      if (incoming === undefined || incoming.closing) {
+      const incoming = byNode.get(node)?.filter((candidate) => !candidate.closing).at(-1)
+      if (incoming === undefined) {
         counters.undeliverable++
         return
       }

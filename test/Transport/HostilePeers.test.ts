@@ -45,7 +45,9 @@ describe("SocketTransport against hostile peers", () => {
       yield* flow.progresses()
       yield* waitUntil("every flooding connection to be closed", () => flood.every((attacker) => attacker.closed()))
       const afterFlood = b.stats()
-      expect(afterFlood.droppedInboundOverflow).toBe(32)
+      // Past the budget (a slow machine may let a few reach the read timeout first).
+      expect(afterFlood.droppedInboundOverflow).toBeGreaterThan(16)
+      expect(afterFlood.droppedInboundOverflow + afterFlood.timedOut).toBe(32)
       // The budget, plus what connections may hold below the allowance, plus the read that tipped it over.
       expect(afterFlood.peakInboundBufferedBytes).toBeLessThanOrEqual(8 * MiB + 34 * SmallFrameAllowance)
 
@@ -62,7 +64,7 @@ describe("SocketTransport against hostile peers", () => {
           `(inboundBufferBytes 8 MiB), ${stats.droppedInboundOverflow} closed over it; 6 x 1 MiB closed by the 1 s read timeout ` +
           `after ${closedAfter} ms; RSS ${((process.memoryUsage().rss - rssBefore) / MiB).toFixed(0)} MiB above its start`
       )
-      expect(stats.timedOut).toBe(6)
+      expect(stats.timedOut - afterFlood.timedOut).toBe(6)
       expect(closedAfter).toBeGreaterThanOrEqual(1000)
       expect(closedAfter).toBeLessThan(1000 + 2500)
       yield* waitUntil("nothing to be held any more", () => b.stats().inboundBufferedBytes < SmallFrameAllowance)

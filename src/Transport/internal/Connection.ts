@@ -85,8 +85,13 @@ export class Connection {
     this.socket.write(encodeMessage(message, withPreamble))
   }
 
-  /** Ends the handshake: from now on every chunk goes to `onChunk`. */
-  serve(onChunk: (chunk: Buffer) => void): void {
+  /**
+   * Ends the handshake, after sending this side's last message if it has one: from now on every
+   * chunk goes to `onChunk`. One synchronous step, so no frame the peer sends in answer can reach
+   * the handshake reader.
+   */
+  serve(onChunk: (chunk: Buffer) => void, last?: { readonly message: HandshakeMessage; readonly withPreamble: boolean }): void {
+    if (last !== undefined) this.send(last.message, last.withPreamble)
     this.onChunk = onChunk
     const rest = this.reader.rest()
     if (rest.length > 0) onChunk(rest)

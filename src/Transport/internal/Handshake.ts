@@ -1,7 +1,9 @@
 /**
  * The two halves of the connect handshake (messages and rules in `HandshakeProtocol.ts`): the
  * dialer introduces its node, the listener checks it and welcomes it or refuses it. A side that
- * refuses tells the other why before it hangs up, so both logs say the same thing.
+ * refuses tells the other why before it hangs up, so both logs say the same thing. On success
+ * each half hands the connection to `frames`, which makes the reader of the frames that follow
+ * for the peer's node name.
  */
 import { Effect } from "effect"
 import type { Connection } from "./Connection.js"
@@ -22,8 +24,11 @@ const fail = (reason: string) => Effect.fail(new HandshakeFailure({ reason }))
 
 const WrongSecret = "its proof of the shared secret is wrong (the nodes hold different secrets)"
 
+/** Reads the frames of the peer named `node`. */
+export type FrameReaderFor = (node: string) => (chunk: Buffer) => void
+
 /** The dialer's half; succeeds with the node name the listener announced. */
-export const introduce = (connection: Connection, self: HandshakeSelf): Effect.Effect<string, HandshakeFailure> =>
+export const introduce = (connection: Connection, self: HandshakeSelf, frames: FrameReaderFor): Effect.Effect<string, HandshakeFailure> =>
   Effect.gen(function*() {
     const auth = authOf(self)
     const dialerNonce = self.secret === undefined ? undefined : makeNonce()
@@ -31,7 +36,10 @@ export const introduce = (connection: Connection, self: HandshakeSelf): Effect.E
     const answer = yield* connection.receive()
     const problem = checkWelcome(answer, auth)
     if (problem !== undefined || answer._tag !== "Welcome") return yield* fail(problem ?? "no Welcome")
-    if (self.secret === undefined || dialerNonce === undefined) return answer.node
+    if (self.secret === undefined || dialerNonce === undefined) {
+      connection.serve(frames(answer.node))
+      return answer.node
+    }
     const input: ProofInput = { dialerNode: self.node, listenerNode: answer.node, dialerNonce, listenerNonce: answer.nonce! }
     if (!proofMatches(self.secret, "listener", input, answer.proof!)) {
       yield* connection.refuse(WrongSecret, false)
@@ -41,6 +49,7 @@ export const introduce = (connection: Connection, self: HandshakeSelf): Effect.E
     const verdict = yield* connection.receive()
     if (verdict._tag === "Refused") return yield* fail(`refused by the peer: ${verdict.reason}`)
     if (verdict._tag !== "Accepted") return yield* fail(`it answered the proof with ${verdict._tag} instead of Accepted`)
+    connection.serve(frames(answer.node))
     return answer.node
   })
 
@@ -53,7 +62,8 @@ export const welcome = (
   connection: Connection,
   self: HandshakeSelf,
   isNodeName: (node: string) => boolean,
-  vet: (hello: Hello) => Effect.Effect<string | undefined>
+  vet: (hello: Hello) => Effect.Effect<string | undefined>,
+  frames: FrameReaderFor
 ): Effect.Effect<string, HandshakeFailure> =>
   Effect.gen(function*() {
     const hello = yield* connection.receive()
@@ -63,7 +73,7 @@ export const welcome = (
       return yield* fail(problem ?? "no Hello")
     }
     if (self.secret === undefined || hello.nonce === undefined) {
-      connection.send({ _tag: "Welcome", node: self.node }, true)
+      connection.serve(frames(hello.node), { message: { _tag: "Welcome", node: self.node }, withPreamble: true })
       return hello.node
     }
     const input: ProofInput = { dialerNode: hello.node, listenerNode: self.node, dialerNonce: hello.nonce, listenerNonce: makeNonce() }
@@ -74,6 +84,6 @@ export const welcome = (
       yield* connection.refuse(WrongSecret, false)
       return yield* fail(WrongSecret)
     }
-    connection.send({ _tag: "Accepted" })
+    connection.serve(frames(hello.node), { message: { _tag: "Accepted" }, withPreamble: false })
     return hello.node
   })

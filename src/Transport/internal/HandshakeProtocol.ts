@@ -155,6 +155,7 @@ export const proofMatches = (secret: Uint8Array, role: "dialer" | "listener", in
 
 /** The listener's rule for a Hello: why it is refused, or `undefined` to go on. */
 export const checkHello = (message: HandshakeMessage, auth: Auth, isNodeName: (node: string) => boolean): string | undefined => {
+  if (message._tag === "Refused") return `it refused this node: ${message.reason}`
   if (message._tag !== "Hello") return `it opened with ${message._tag} instead of Hello`
   if (message.auth === "sharedSecret" && auth === "none") return "it uses a shared secret and this node has none"
   if (message.auth === "none" && auth === "sharedSecret") return "it has no shared secret and this node requires one"

@@ -20,7 +20,7 @@ import { writeFrame } from "./FrameCodec.js"
 import type { EncodedFrame } from "./FrameCodec.js"
 import { FrameIntake } from "./FrameIntake.js"
 import { welcome } from "./Handshake.js"
-import type { HandshakeSelf } from "./Handshake.js"
+import type { FrameReaderFor, HandshakeSelf } from "./Handshake.js"
 import type { Hello } from "./HandshakeProtocol.js"
 import { LogThrottle } from "./LogThrottle.js"
 import { checkCertificate, checkCertificateHost, checkHostAddress, describeTlsError } from "./PeerIdentity.js"
@@ -116,33 +116,32 @@ export const makeInbound = (parts: InboundParts): Effect.Effect<Inbound, never, 
       incoming.connection.destroy()
     }
 
-    const register = (connection: Connection, node: string) =>
-      Effect.acquireRelease(
-        Effect.sync(() => {
-          const now = Date.now()
-          const incoming: Incoming = {
-            connection,
-            node,
-            intake: new FrameIntake(config.maxFrameSize, (envelope) => envelope.from.node === node && envelope.message._tag !== "LookupReply", counters, parts.deliver),
-            buffered: 0,
-            partialSince: now,
-            lastFrameAt: now,
-            closing: false
-          }
-          open.add(incoming)
-          byNode.set(node, [...(byNode.get(node) ?? []), incoming])
-          return incoming
-        }),
-        (incoming) =>
-          Effect.sync(() => {
-            open.delete(incoming)
-            const others = (byNode.get(incoming.node) ?? []).filter((other) => other !== incoming)
-            if (others.length === 0) byNode.delete(incoming.node)
-            else byNode.set(incoming.node, others)
-            counters.inboundBufferedBytes -= incoming.buffered
-            incoming.buffered = 0
-          })
-      )
+    /** Takes a connection whose handshake succeeded into the set the sweep and `reply` see. */
+    const admit = (connection: Connection, node: string): Incoming => {
+      const now = Date.now()
+      const incoming: Incoming = {
+        connection,
+        node,
+        intake: new FrameIntake(config.maxFrameSize, (envelope) => envelope.from.node === node && envelope.message._tag !== "LookupReply", counters, parts.deliver),
+        buffered: 0,
+        partialSince: now,
+        lastFrameAt: now,
+        closing: false
+      }
+      counters.connectionsAccepted++
+      open.add(incoming)
+      byNode.set(node, [...(byNode.get(node) ?? []), incoming])
+      return incoming
+    }
+
+    const release = (incoming: Incoming) => {
+      open.delete(incoming)
+      const others = (byNode.get(incoming.node) ?? []).filter((other) => other !== incoming)
+      if (others.length === 0) byNode.delete(incoming.node)
+      else byNode.set(incoming.node, others)
+      counters.inboundBufferedBytes -= incoming.buffered
+      incoming.buffered = 0
+    }
 
     // This node's checks of the name a dialer announces: its certificate must name the host, or
     // without TLS the host must resolve to where it connects from.
@@ -152,7 +151,7 @@ export const makeInbound = (parts: InboundParts): Effect.Effect<Inbound, never, 
       return config.verifyPeerHost ? checkHostAddress(hello.node, host, socket.remoteAddress) : Effect.succeed(undefined)
     }
 
-    const handshake = (connection: Connection, socket: Net.Socket): Effect.Effect<string, HandshakeFailure> =>
+    const handshake = (connection: Connection, socket: Net.Socket, frames: FrameReaderFor): Effect.Effect<string, HandshakeFailure> =>
       Effect.gen(function*() {
         if (socket instanceof Tls.TLSSocket) {
           const problem = checkCertificate(socket, config.tls?.allowedNames)
@@ -161,7 +160,7 @@ export const makeInbound = (parts: InboundParts): Effect.Effect<Inbound, never, 
             return yield* new HandshakeFailure({ reason: problem })
           }
         }
-        return yield* welcome(connection, parts.self, parts.isNodeName, vet(socket))
+        return yield* welcome(connection, parts.self, parts.isNodeName, vet(socket), frames)
       }).pipe(
         Effect.timeoutFail({
           duration: config.connectTimeout,
@@ -171,12 +170,14 @@ export const makeInbound = (parts: InboundParts): Effect.Effect<Inbound, never, 
 
     const serve = (socket: Net.Socket): Effect.Effect<void> => {
       const from = `${socket.remoteAddress}:${socket.remotePort}`
+      let admitted: Incoming | undefined
       return Effect.scoped(Effect.gen(function*() {
         const connection = yield* Connection.make(socket)
-        const node = yield* handshake(connection, socket)
-        counters.connectionsAccepted++
-        const incoming = yield* register(connection, node)
-        connection.serve((chunk) => onChunk(incoming, chunk))
+        yield* handshake(connection, socket, (node) => {
+          const incoming = admit(connection, node)
+          admitted = incoming
+          return (chunk) => onChunk(incoming, chunk)
+        })
         yield* Deferred.await(connection.closed)
       })).pipe(
         Effect.catchAll((failure) =>
@@ -184,7 +185,8 @@ export const makeInbound = (parts: InboundParts): Effect.Effect<Inbound, never, 
             counters.handshakesRefused++
             logRefusal(socket.remoteAddress ?? from, failure.reason, `refused a connection from ${from}: ${failure.reason}`)
           })
-        )
+        ),
+        Effect.ensuring(Effect.sync(() => admitted !== undefined && release(admitted)))
       )
     }
 

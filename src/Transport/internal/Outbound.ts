@@ -31,7 +31,7 @@ import type { EncodedFrame } from "./FrameCodec.js"
 import { FairQueue } from "./FairQueue.js"
 import { FrameIntake } from "./FrameIntake.js"
 import { introduce } from "./Handshake.js"
-import type { HandshakeSelf } from "./Handshake.js"
+import type { FrameReaderFor, HandshakeSelf } from "./Handshake.js"
 import { checkCertificate, describeTlsError } from "./PeerIdentity.js"
 import type { SocketConfig } from "./SocketConfig.js"
 import type { Counters } from "./SocketStats.js"
@@ -134,25 +134,45 @@ const dial = (peer: Peer, config: SocketConfig): Effect.Effect<Net.Socket, Conne
     (socket) => Effect.sync(() => socket.destroy())
   )
 
-/** Dials `peer` and runs the handshake, within `connectTimeout`; succeeds with the connection and the peer's node name. */
-const connect = (peer: Peer, parts: OutboundParts): Effect.Effect<{ readonly connection: Connection; readonly node: string }, ConnectFailure, Scope.Scope> => {
+/**
+ * Dials `peer` and runs the handshake, within `connectTimeout`; `frames` then reads what the peer
+ * sends back. Succeeds with the connection.
+ */
+const connect = (
+  peer: Peer,
+  parts: OutboundParts,
+  frames: (connection: Connection) => FrameReaderFor
+): Effect.Effect<Connection, ConnectFailure, Scope.Scope> => {
   let stage: "dial" | "handshake" = "dial"
   return Effect.gen(function*() {
     const socket = yield* dial(peer, parts.config)
     stage = "handshake"
+    const connection = yield* Connection.make(socket)
     if (socket instanceof Tls.TLSSocket) {
       const problem = checkCertificate(socket, parts.config.tls?.allowedNames)
-      if (problem !== undefined) return yield* new ConnectFailure({ stage, reason: problem })
+      if (problem !== undefined) {
+        yield* connection.refuse(problem, true)
+        return yield* new ConnectFailure({ stage, reason: problem })
+      }
     }
-    const connection = yield* Connection.make(socket)
-    const node = yield* Effect.mapError(introduce(connection, parts.self), (failure) => new ConnectFailure({ stage, reason: failure.reason }))
-    return { connection, node }
+    yield* Effect.mapError(introduce(connection, parts.self, frames(connection)), (failure) => new ConnectFailure({ stage, reason: failure.reason }))
+    return connection
   }).pipe(
     Effect.timeoutFail({
       duration: parts.config.connectTimeout,
       onTimeout: () => new ConnectFailure({ stage, reason: `no connection within connectTimeout (${Duration.format(parts.config.connectTimeout)})` })
     })
   )
+}
+
+/** Reads what a peer sends back over this node's connection: answers to this node's lookups, in that peer's name only. */
+const replyReader = (parts: OutboundParts) => (connection: Connection): FrameReaderFor => (node) => {
+  const intake = new FrameIntake(ReplyFrameBytes, (envelope) => envelope.message._tag === "LookupReply" && envelope.from.node === node, parts.counters, parts.deliver)
+  return (chunk) => {
+    if (intake.push(chunk) === undefined) return
+    parts.counters.connectionsRejected++
+    connection.destroy()
+  }
 }
 
 /** Queued frames in turn, up to BatchBytes (at least one frame), as one buffer. */
@@ -230,17 +250,11 @@ export const makeOutbound = (parts: OutboundParts): Effect.Effect<Outbound, neve
       // A write interrupted with its connection may still be referenced by that socket: never reuse.
       peer.batch = undefined
       return Effect.scoped(Effect.gen(function*() {
-        const { connection, node } = yield* connect(peer, parts)
+        const connection = yield* connect(peer, parts, replyReader(parts))
         connected = true
         peer.lastFailure = undefined
         counters.connectionsOpened++
         counters.connectedPeers++
-        const intake = new FrameIntake(ReplyFrameBytes, (envelope) => envelope.message._tag === "LookupReply" && envelope.from.node === node, counters, parts.deliver)
-        connection.serve((chunk) => {
-          if (intake.push(chunk) === undefined) return
-          counters.connectionsRejected++
-          connection.destroy()
-        })
         peer.connection = connection
         yield* Effect.raceFirst(writeLoop(peer, counters, connection), Deferred.await(connection.closed)).pipe(
           Effect.ensuring(Effect.sync(() => {

@@ -228,6 +228,44 @@ describe("SocketTransport", () => {
       expect(a.stats().bufferedBytes).toBe(0)
     }))
 
+  it.scopedLive("forgets a peer nothing is posted to: an unreachable one stops being redialed, an idle connection closes", () =>
+    Effect.gen(function*() {
+      const probeScope = yield* Scope.make()
+      const port = (yield* Scope.extend(make(), probeScope)).port
+      yield* Scope.close(probeScope, Exit.void)
+
+      // The default schedule never ends: only going unused ends the redialing.
+      const a = yield* SocketTransport.make({ host, port: 0, idleTimeout: Duration.millis(400), maxPeers: 3 })
+      const from = address(a.node, "producer")
+      const down = address(`${host}:${port}`, "consumer")
+      a.post([sequenced(from, down, 1)])
+      expect(a.stats().knownPeers).toBe(1)
+      yield* waitUntil("the unused peer to be forgotten", () => a.stats().knownPeers === 0)
+      expect(a.stats()).toMatchObject({ droppedUnreachable: 1, bufferedBytes: 0 })
+
+      // Posting keeps a peer: it is redialed for as long as something needs it.
+      const kept = Effect.repeat(Effect.sync(() => a.post([sequenced(from, down, 2)])), Schedule.spaced(Duration.millis(50)))
+      yield* Effect.raceFirst(kept, Effect.sleep(Duration.millis(1200)))
+      expect(a.stats().knownPeers).toBe(1)
+      yield* waitUntil("the peer to be forgotten once posts stop", () => a.stats().knownPeers === 0)
+
+      // A reachable peer's connection closes after half the idle timeout without a post; a post brings it back.
+      const b = yield* make()
+      const to = address(b.node, "consumer")
+      const inbox = yield* b.open(to)
+      a.post([sequenced(from, to, 1)])
+      yield* takeN(inbox, 1)
+      yield* waitUntil("the idle connection to close and the peer to be forgotten", () => a.stats().knownPeers === 0 && a.stats().connectedPeers === 0)
+      a.post([sequenced(from, to, 2)])
+      expect(seqOf((yield* takeN(inbox, 1))[0])).toBe(2)
+      expect(a.stats().connectionsOpened).toBe(2)
+
+      // At most maxPeers peers at once (ports 1 to 4 refuse connections).
+      yield* waitUntil("b's peer to be forgotten again", () => a.stats().knownPeers === 0)
+      a.post([1, 2, 3, 4].map((index) => sequenced(from, address(`${host}:${index}`, "consumer"), 1)))
+      expect(a.stats()).toMatchObject({ knownPeers: 3, droppedPeerLimit: 1 })
+    }))
+
   it.scopedLive("refuses an oversized frame with a typed error and keeps the flow moving", () =>
     Effect.gen(function*() {
       const maxFrameSize = 4096

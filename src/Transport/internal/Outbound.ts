@@ -106,7 +106,6 @@ const waitForFrames = (peer: Peer): Effect.Effect<void> =>
 
 const noop = () => {}
 
-
 // Plain or TLS. Its release destroys the socket rather than waiting for buffered bytes to drain,
 // i.e. forever when the peer has stopped reading, so closing a scope always frees it.
 const dial = (peer: Peer, config: SocketConfig): Effect.Effect<Net.Socket, ConnectFailure, Scope.Scope> =>
@@ -209,150 +208,173 @@ const writeLoop = (peer: Peer, counters: Counters, connection: Connection): Effe
 /** Makes the outgoing side, for the life of the scope. */
 export const makeOutbound = (parts: OutboundParts): Effect.Effect<Outbound, never, Scope.Scope> =>
   Effect.gen(function*() {
-    const { config, counters } = parts
-    const runPeer = yield* FiberSet.makeRuntime<never>()
-    let closed = false
-    yield* Effect.addFinalizer(() => Effect.sync(() => void (closed = true)))
-    // Outgoing connections by peer node: for ordinary senders, and for senders of large frames.
-    const peers = new Map<string, Peer>()
-    const bulkPeers = new Map<string, Peer>()
-    const bulkSenders = new BulkSenders()
-    const unusedMs = Duration.toMillis(config.idleTimeout)
-
-    // Closes connections nothing was posted to for half of `idleTimeout` (the listener's own
-    // idle timeout would otherwise close them, possibly under a frame in flight). A check on the
-    // post counters, so the writer's hot path carries no timer.
-    const closeIdle = Effect.sync(() => {
-      const now = Date.now()
-      for (const connections of [peers, bulkPeers]) {
-        for (const peer of connections.values()) {
-          if (peer.posts !== peer.quiet.posts) peer.quiet = { posts: peer.posts, since: now }
-          else if (peer.connection !== undefined && peer.frames.isEmpty && now - peer.quiet.since >= unusedMs / 2) peer.connection.destroy()
-        }
-      }
-    })
-    yield* Effect.forkScoped(Effect.repeat(closeIdle, Schedule.spaced(Duration.millis(Math.min(1000, Math.max(10, unusedMs / 8))))))
-
-    const reportFailure = (peer: Peer, failure: ConnectFailure) =>
-      Effect.suspend(() => {
-        // A peer that is down is no news (the reconnect schedule handles it); a handshake that
-        // fails is a configuration or a security problem.
-        if (failure.stage === "dial") return Effect.void
-        counters.handshakesFailed++
-        if (failure.reason === peer.lastFailure) return Effect.void
-        peer.lastFailure = failure.reason
-        return Effect.logWarning(`socket transport: cannot connect to ${peer.node}: ${failure.reason}`)
-      })
-
-    /** One connection's life; succeeds with whether it ever connected. */
-    const session = (peer: Peer): Effect.Effect<boolean> => {
-      let connected = false
-      // A write interrupted with its connection may still be referenced by that socket: never reuse.
-      peer.batch = undefined
-      return Effect.scoped(Effect.gen(function*() {
-        const connection = yield* connect(peer, parts, replyReader(parts))
-        connected = true
-        peer.lastFailure = undefined
-        counters.connectionsOpened++
-        counters.connectedPeers++
-        peer.connection = connection
-        yield* Effect.raceFirst(writeLoop(peer, counters, connection), Deferred.await(connection.closed)).pipe(
-          Effect.ensuring(Effect.sync(() => {
-            peer.connection = undefined
-            counters.connectedPeers--
-          }))
-        )
-      })).pipe(
-        Effect.catchTag("ConnectFailure", (failure) => reportFailure(peer, failure)),
-        Effect.ignore,
-        Effect.zipRight(Effect.sync(() => connected))
-      )
-    }
-
-    const forget = (peer: Peer, connections: Map<string, Peer>) => {
-      counters.droppedUnreachable += peer.frames.clear()
-      counters.bufferedBytes -= peer.pendingBytes
-      peer.pendingBytes = 0
-      if (connections.get(peer.node) === peer) connections.delete(peer.node)
-      counters.knownPeers = peers.size + bulkPeers.size
-    }
-
-    /**
-     * A peer's writer fiber: connects, writes until the connection is lost or idle, and after a
-     * lost or failed connection waits per the schedule, which restarts after every connection
-     * that came up.
-     */
-    const peerLoop = (peer: Peer, connections: Map<string, Peer>): Effect.Effect<void> =>
-      Effect.gen(function*() {
-        const driver = yield* Schedule.driver(config.reconnect)
-        let postsSeen = peer.posts
-        let usedAt = yield* Clock.currentTimeMillis
-        while (true) {
-          if (yield* session(peer)) yield* driver.reset
-          const now = yield* Clock.currentTimeMillis
-          if (peer.frames.isEmpty) break
-          if (peer.posts !== postsSeen) {
-            postsSeen = peer.posts
-            usedAt = now
-          } else if (now - usedAt >= unusedMs) break
-          if (Either.isLeft(yield* Effect.either(driver.next(undefined)))) break
-        }
-        forget(peer, connections)
-      })
-
-    // After the scope closes no writer runs, so nothing may be queued (it would never drain).
-    const peerOf = (target: string, bulk: boolean): Peer | undefined => {
-      if (closed) return undefined
-      const connections = bulk ? bulkPeers : peers
-      const existing = connections.get(target)
-      if (existing !== undefined) return existing
-      const address = parts.parseNode(target)
-      if (address === undefined) {
-        counters.undeliverable++
-        return undefined
-      }
-      if (connections.size >= config.maxPeers) {
-        counters.droppedPeerLimit++
-        return undefined
-      }
-      const peer: Peer = {
-        node: target,
-        ...address,
-        frames: new FairQueue(),
-        pendingBytes: 0,
-        inFlightBytes: 0,
-        posts: 0,
-        connection: undefined,
-        quiet: { posts: 0, since: Date.now() },
-        wake: undefined,
-        batch: undefined,
-        lastFailure: undefined
-      }
-      connections.set(target, peer)
-      counters.knownPeers = peers.size + bulkPeers.size
-      runPeer(peerLoop(peer, connections))
-      return peer
-    }
-
-    /** Queues one frame for a peer connection, or drops it (buffer full) and counts it. */
-    const enqueue = (peer: Peer, sender: string, frame: EncodedFrame): void => {
-      const buffered = peer.pendingBytes + peer.inFlightBytes + frame.size
-      if (buffered > config.outgoingBufferBytes) {
-        counters.droppedOverflow++
-        return
-      }
-      peer.frames.push(sender, frame)
-      peer.posts++
-      peer.pendingBytes += frame.size
-      counters.bufferedBytes += frame.size
-      if (buffered > counters.peakPeerBufferedBytes) counters.peakPeerBufferedBytes = buffered
-      if (peer.wake !== undefined) peer.wake()
-    }
-
-    return {
-      send: (target, sender, frame) => {
-        const peer = peerOf(target, bulkSenders.classify(sender, bodyLength(frame)))
-        if (peer !== undefined) enqueue(peer, sender, frame)
-      }
-    }
+    const run = yield* FiberSet.makeRuntime<never>()
+    const outbound = new OutboundPeers(parts, run)
+    yield* Effect.addFinalizer(() => Effect.sync(() => outbound.close()))
+    const idle = Duration.toMillis(parts.config.idleTimeout)
+    yield* Effect.forkScoped(Effect.repeat(Effect.sync(() => outbound.closeIdle()), Schedule.spaced(Duration.millis(Math.min(1000, Math.max(10, idle / 8))))))
+    return { send: (target, sender, frame) => outbound.send(target, sender, frame) }
   })
+
+class OutboundPeers {
+  private readonly config: SocketConfig
+  private readonly counters: Counters
+  /** Outgoing connections by peer node: for ordinary senders, and for senders of large frames. */
+  private readonly peers = new Map<string, Peer>()
+  private readonly bulkPeers = new Map<string, Peer>()
+  private readonly bulkSenders = new BulkSenders()
+  private readonly unusedMs: number
+  private closed = false
+
+  constructor(
+    private readonly parts: OutboundParts,
+    private readonly run: <A, E>(effect: Effect.Effect<A, E>) => unknown
+  ) {
+    this.config = parts.config
+    this.counters = parts.counters
+    this.unusedMs = Duration.toMillis(parts.config.idleTimeout)
+  }
+
+  send(target: string, sender: string, frame: EncodedFrame): void {
+    const peer = this.peerOf(target, this.bulkSenders.classify(sender, bodyLength(frame)))
+    if (peer !== undefined) this.enqueue(peer, sender, frame)
+  }
+
+  /** After the scope closes no writer runs, so nothing may be queued (it would never drain). */
+  close(): void {
+    this.closed = true
+  }
+
+  /**
+   * Closes connections nothing was posted to for half of `idleTimeout` (the listener's own idle
+   * timeout would otherwise close them, possibly under a frame in flight). A check on the post
+   * counters, so the writer's hot path carries no timer.
+   */
+  closeIdle(): void {
+    const now = Date.now()
+    for (const connections of [this.peers, this.bulkPeers]) {
+      for (const peer of connections.values()) {
+        if (peer.posts !== peer.quiet.posts) peer.quiet = { posts: peer.posts, since: now }
+        else if (peer.connection !== undefined && peer.frames.isEmpty && now - peer.quiet.since >= this.unusedMs / 2) peer.connection.destroy()
+      }
+    }
+  }
+
+  private peerOf(target: string, bulk: boolean): Peer | undefined {
+    if (this.closed) return undefined
+    const connections = bulk ? this.bulkPeers : this.peers
+    const existing = connections.get(target)
+    if (existing !== undefined) return existing
+    const address = this.parts.parseNode(target)
+    if (address === undefined) {
+      this.counters.undeliverable++
+      return undefined
+    }
+    if (connections.size >= this.config.maxPeers) {
+      this.counters.droppedPeerLimit++
+      return undefined
+    }
+    const peer: Peer = {
+      node: target,
+      ...address,
+      frames: new FairQueue(),
+      pendingBytes: 0,
+      inFlightBytes: 0,
+      posts: 0,
+      connection: undefined,
+      quiet: { posts: 0, since: Date.now() },
+      wake: undefined,
+      batch: undefined,
+      lastFailure: undefined
+    }
+    connections.set(target, peer)
+    this.counters.knownPeers = this.peers.size + this.bulkPeers.size
+    this.run(this.peerLoop(peer, connections))
+    return peer
+  }
+
+  /** Queues one frame for a peer connection, or drops it (buffer full) and counts it. */
+  private enqueue(peer: Peer, sender: string, frame: EncodedFrame): void {
+    const counters = this.counters
+    const buffered = peer.pendingBytes + peer.inFlightBytes + frame.size
+    if (buffered > this.config.outgoingBufferBytes) {
+      counters.droppedOverflow++
+      return
+    }
+    peer.frames.push(sender, frame)
+    peer.posts++
+    peer.pendingBytes += frame.size
+    counters.bufferedBytes += frame.size
+    if (buffered > counters.peakPeerBufferedBytes) counters.peakPeerBufferedBytes = buffered
+    if (peer.wake !== undefined) peer.wake()
+  }
+
+  /**
+   * A peer's writer fiber: connects, writes until the connection is lost or idle, and after a
+   * lost or failed connection waits per the schedule, which restarts after every connection that
+   * came up. It forgets the peer once nothing is queued, or when the schedule ends or nothing was
+   * posted for `idleTimeout` while it could not connect.
+   */
+  private peerLoop(peer: Peer, connections: Map<string, Peer>): Effect.Effect<void> {
+    return Effect.gen(this, function*() {
+      const driver = yield* Schedule.driver(this.config.reconnect)
+      let postsSeen = peer.posts
+      let usedAt = yield* Clock.currentTimeMillis
+      while (true) {
+        if (yield* this.session(peer)) yield* driver.reset
+        const now = yield* Clock.currentTimeMillis
+        if (peer.frames.isEmpty) break
+        if (peer.posts !== postsSeen) {
+          postsSeen = peer.posts
+          usedAt = now
+        } else if (now - usedAt >= this.unusedMs) break
+        if (Either.isLeft(yield* Effect.either(driver.next(undefined)))) break
+      }
+      this.forget(peer, connections)
+    })
+  }
+
+  /** One connection's life; succeeds with whether it ever connected. */
+  private session(peer: Peer): Effect.Effect<boolean> {
+    const counters = this.counters
+    let connected = false
+    // A write interrupted with its connection may still be referenced by that socket: never reuse.
+    peer.batch = undefined
+    return Effect.scoped(Effect.gen(this, function*() {
+      const connection = yield* connect(peer, this.parts, replyReader(this.parts))
+      connected = true
+      peer.lastFailure = undefined
+      counters.connectionsOpened++
+      counters.connectedPeers++
+      peer.connection = connection
+      yield* Effect.raceFirst(writeLoop(peer, counters, connection), Deferred.await(connection.closed)).pipe(
+        Effect.ensuring(Effect.sync(() => {
+          peer.connection = undefined
+          counters.connectedPeers--
+        }))
+      )
+    })).pipe(
+      Effect.catchTag("ConnectFailure", (failure) => this.reportFailure(peer, failure)),
+      Effect.ignore,
+      Effect.zipRight(Effect.sync(() => connected))
+    )
+  }
+
+  // A peer that is down is no news (the reconnect schedule handles it); a handshake that fails is
+  // a configuration or a security problem, logged once per peer and reason.
+  private reportFailure(peer: Peer, failure: ConnectFailure): Effect.Effect<void> {
+    if (failure.stage === "dial") return Effect.void
+    this.counters.handshakesFailed++
+    if (failure.reason === peer.lastFailure) return Effect.void
+    peer.lastFailure = failure.reason
+    return Effect.logWarning(`socket transport: cannot connect to ${peer.node}: ${failure.reason}`)
+  }
+
+  private forget(peer: Peer, connections: Map<string, Peer>): void {
+    this.counters.droppedUnreachable += peer.frames.clear()
+    this.counters.bufferedBytes -= peer.pendingBytes
+    peer.pendingBytes = 0
+    if (connections.get(peer.node) === peer) connections.delete(peer.node)
+    this.counters.knownPeers = this.peers.size + this.bulkPeers.size
+  }
+}

@@ -118,7 +118,12 @@ const dial = (peer: Peer, config: SocketConfig): Effect.Effect<Net.Socket, Conne
         : Tls.connect({ ...options, secureContext: tls.clientContext, minVersion: "TLSv1.3", ...(Net.isIP(peer.host) === 0 ? { servername: peer.host } : {}) })
       let tcpUp = false
       socket.on("error", noop)
-      socket.once("connect", () => void (tcpUp = true))
+      socket.once("connect", () => {
+        tcpUp = true
+        // A TLS socket does not pass `noDelay` on to its TCP socket: small frames (acks) would
+        // wait for Nagle's algorithm.
+        socket.setNoDelay(true)
+      })
       const onError = (cause: Error) =>
         resume(Effect.fail(tcpUp
           ? new ConnectFailure({ stage: "handshake", reason: describeTlsError(cause, "dialer") })

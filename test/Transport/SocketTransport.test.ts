@@ -525,6 +525,23 @@ describe("FrameCodec", () => {
     }
   })
 
+  it("counts the bytes of a frame in progress, its length prefix included, until it completes", () => {
+    const reader = new FrameReader(1024)
+    const frames: Array<number> = []
+    const onFrame = (_: Buffer, start: number, end: number) => void frames.push(end - start)
+    expect(reader.push(lengthPrefix(10), onFrame)).toBeUndefined()
+    // The prefix is read, no byte of the body yet: the frame is still in progress (a slow drip's clock keeps running).
+    expect(reader.buffered).toBe(4)
+    reader.push(Buffer.alloc(9), onFrame)
+    expect(reader.buffered).toBe(13)
+    reader.push(Buffer.concat([Buffer.alloc(1), lengthPrefix(2).subarray(0, 3)]), onFrame)
+    expect(frames).toEqual([10])
+    expect(reader.buffered).toBe(3)
+    reader.push(Buffer.concat([lengthPrefix(2).subarray(3), Buffer.alloc(2)]), onFrame)
+    expect(frames).toEqual([10, 2])
+    expect(reader.buffered).toBe(0)
+  })
+
   it("parses node names", () => {
     expect(SocketTransport.parseNode("127.0.0.1:4000")).toEqual({ host: "127.0.0.1", port: 4000 })
     expect(SocketTransport.parseNode("[::1]:4000")).toEqual({ host: "::1", port: 4000 })

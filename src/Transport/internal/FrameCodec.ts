@@ -262,9 +262,12 @@ export class FrameReader {
 
   constructor(readonly maxFrameSize: number) {}
 
-  /** Bytes held for the frame not yet complete (its length prefix included while incomplete). */
+  /**
+   * Bytes held for the frame not yet complete, its length prefix included: zero only between
+   * frames (a frame whose prefix has been read but none of its body still counts).
+   */
   get buffered(): number {
-    return this.available
+    return this.expected < 0 ? this.available : this.available + LengthPrefixBytes
   }
 
   /** Feeds one chunk; calls `onFrame` per complete body; stops at the first violation. */

@@ -1,7 +1,8 @@
 /**
  * `npx tsx bench/hostile.ts [words]`: the hostile-peer scenarios (those whose name contains one of the words) of issue 17 at full size against a node
  * with every socket option at its default (`hostileTarget.ts`, a process of its own per
- * scenario), reporting the node's peak RSS above its resting RSS and what its counters saw.
+ * scenario), reporting the node's peak RSS above its resting RSS, its RSS once the scenario is
+ * over, and what its counters saw.
  * Attackers connect from other loopback addresses (127.0.0.2...), as strangers would. Linux only
  * (reads /proc).
  */
@@ -186,8 +187,8 @@ const scenarios: ReadonlyArray<Scenario> = [
 ]
 
 const program = Effect.gen(function*() {
-  console.log("| scenario | resting RSS MiB | peak RSS MiB | peak above resting | outcome |")
-  console.log("|---|---|---|---|---|")
+  console.log("| scenario | resting RSS MiB | peak RSS MiB | peak above resting | RSS at the end MiB | outcome |")
+  console.log("|---|---|---|---|---|---|")
   const wanted = process.argv.slice(2)
   for (const scenario of scenarios.filter(({ name }) => wanted.length === 0 || wanted.some((word) => name.includes(word)))) {
     const row = yield* Effect.scoped(Effect.gen(function*() {
@@ -196,7 +197,8 @@ const program = Effect.gen(function*() {
       const before = memory(target.pid)
       const outcome = yield* Effect.scoped(scenario.run(target))
       const after = memory(target.pid)
-      return `| ${scenario.name} | ${before.rss.toFixed(0)} | ${after.peak.toFixed(0)} | ${(after.peak - before.rss).toFixed(0)} | ${outcome} |`
+      return `| ${scenario.name} | ${before.rss.toFixed(0)} | ${after.peak.toFixed(0)} | ${(after.peak - before.rss).toFixed(0)} | ` +
+        `${after.rss.toFixed(0)} | ${outcome} |`
     }))
     console.log(row)
   }

@@ -37,6 +37,7 @@ export const cases: Record<string, Case> = {
   "wp-graphile-100k": () => run(Competitors.graphileWorker(100_000)),
   "remote-tcp-1m-w50": () => run(Remote.remote(1_000_000, 50)),
   "remote-tcp-1m-w1000": () => run(Remote.remote(1_000_000, 1000)),
+  "remote-tcp-tls-1m-w1000": () => run(Remote.remote(1_000_000, 1000, true)),
   "chunked-8mib-x200": () => run(Chunked.chunkedFlow({ messages: 200, messageBytes: 8 * 1024 * 1024, chunkSize: 256 * 1024, window: 50 })),
   "chunked-8mib-x200-lend": () =>
     run(Chunked.chunkedFlow({ messages: 200, messageBytes: 8 * 1024 * 1024, chunkSize: 256 * 1024, window: 50, lend: true })),

@@ -1,16 +1,21 @@
 /**
  * Point-to-point between two processes over TCP on 127.0.0.1: this process hosts the producer
  * (`sendAll` in batches of 1,000), a child process (`remoteConsumer.ts`) the consumer with a no-op
- * handler. Timed from the first send until the consumer reports the last delivery.
+ * handler. Timed from the first send until the consumer reports the last delivery. With `tls`,
+ * both run mutual TLS 1.3 with certificates made for the run (`openssl`, in a temp dir).
  */
 import { Deferred, Effect, Layer } from "effect"
 import * as ChildProcess from "node:child_process"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
 import * as Readline from "node:readline"
 import { fileURLToPath } from "node:url"
 import * as Producer from "../src/Producer.js"
 import * as ReliableSystem from "../src/ReliableSystem.js"
 import * as SocketTransport from "../src/Transport/SocketTransport.js"
 import { Transport } from "../src/Transport/Transport.js"
+import { makeCa } from "../test/support/Certificates.js"
 import { benchOrder, BenchOrder } from "./remoteOrder.js"
 import { peakRssMiB } from "./Row.js"
 import type { Row } from "./Row.js"
@@ -26,13 +31,28 @@ const consumerArgs = [
 ]
 const Batch = 1000
 
+/** Certificates for both processes (one node certificate for 127.0.0.1), removed with the scope. */
+const testCertificates = Effect.acquireRelease(
+  Effect.sync(() => {
+    const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "effect-reliable-bench-tls-"))
+    const ca = makeCa(dir, "bench-ca")
+    const node = ca.issue("bench-node", ["IP:127.0.0.1"])
+    return {
+      dir,
+      env: { TLS_CA: ca.caFile, TLS_CERT: node.certificateFile, TLS_KEY: node.privateKeyFile },
+      options: { ca: ca.ca, certificate: node.certificate, privateKey: node.privateKey }
+    }
+  }),
+  ({ dir }) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
+)
+
 /** The consumer process: its port, and a Deferred completed with its peak RSS and CPU time when it is done. */
-const spawnConsumer = (producerPort: number, messages: number, window: number) =>
+const spawnConsumer = (producerPort: number, messages: number, window: number, tlsEnv: Record<string, string>) =>
   Effect.gen(function*() {
     const child = yield* Effect.acquireRelease(
       Effect.sync(() =>
         ChildProcess.spawn(process.execPath, consumerArgs, {
-          env: { ...process.env, PEER_PORT: String(producerPort), MESSAGES: String(messages), WINDOW: String(window) },
+          env: { ...process.env, PEER_PORT: String(producerPort), MESSAGES: String(messages), WINDOW: String(window), ...tlsEnv },
           stdio: ["pipe", "pipe", "inherit"]
         })
       ),
@@ -69,10 +89,23 @@ const spawnConsumer = (producerPort: number, messages: number, window: number) =
  * Sends `messages` orders of about 100 bytes to a consumer process with the given window and
  * returns the row: rate over the whole run, peak RSS of the larger of the two processes.
  */
-export const remote = (messages: number, window: number): Effect.Effect<Row, Error> =>
+export const remote = (messages: number, window: number, tls = false): Effect.Effect<Row, Error> =>
+  Effect.gen(function*() {
+    const certificates = tls ? yield* testCertificates : undefined
+    return yield* timeFlow(messages, window, certificates).pipe(
+      Effect.provide(ReliableSystem.layer().pipe(
+        Layer.provideMerge(SocketTransport.layerSocket({ host, port: 0, ...(certificates === undefined ? {} : { tls: certificates.options }) }))
+      ))
+    )
+  }).pipe(
+    Effect.scoped,
+    Effect.mapError((error) => error instanceof Error ? error : new Error(String(error)))
+  )
+
+const timeFlow = (messages: number, window: number, certificates: { readonly env: Record<string, string> } | undefined) =>
   Effect.gen(function*() {
     const transport = (yield* Transport) as SocketTransport.SocketTransportService
-    const consumer = yield* spawnConsumer(transport.port, messages, window)
+    const consumer = yield* spawnConsumer(transport.port, messages, window, certificates?.env ?? {})
     const producer = yield* Producer.make({ name: "bench-out", consumer: "bench-in", payload: BenchOrder, remoteConsumer: { host, port: consumer.port } })
     const started = performance.now()
     const cpuBefore = process.cpuUsage()
@@ -86,8 +119,9 @@ export const remote = (messages: number, window: number): Effect.Effect<Row, Err
     // CPU per message on each side: the figure that does not depend on what else the machine runs.
     const producerUs = (cpu.user + cpu.system) / messages
     const consumerUs = (consumerDone.cpuMs * 1000) / messages
-    return {
-      name: `remote TCP 127.0.0.1, two processes, sendAll, window ${window}, ${messages.toLocaleString("en")} msgs of ~100 B`,
+    const row: Row = {
+      name: `remote TCP 127.0.0.1${certificates === undefined ? "" : " over mutual TLS 1.3"}, two processes, sendAll, window ${window}, ` +
+        `${messages.toLocaleString("en")} msgs of ~100 B`,
       messages,
       seconds,
       rate: messages / seconds,
@@ -96,8 +130,5 @@ export const remote = (messages: number, window: number): Effect.Effect<Row, Err
       note: `CPU/msg: producer ${producerUs.toFixed(1)} µs, consumer ${consumerUs.toFixed(1)} µs (incl. startup); ` +
         `peak RSS: producer ${peakRssMiB().toFixed(0)} MiB, consumer ${consumerDone.rssMiB.toFixed(0)} MiB`
     }
-  }).pipe(
-    Effect.scoped,
-    Effect.provide(ReliableSystem.layer().pipe(Layer.provideMerge(SocketTransport.layerSocket({ host, port: 0 })))),
-    Effect.mapError((error) => error instanceof Error ? error : new Error(String(error)))
-  )
+    return row
+  })

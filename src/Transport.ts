@@ -21,3 +21,5 @@ export {
   SocketTransportError
 } from "./Transport/SocketTransport.js"
 export type { SocketTransportOptions, SocketTransportService, SocketTransportStats } from "./Transport/SocketTransport.js"
+export { DefaultSocketLimits, MinSecretBytes } from "./Transport/SocketTransport.js"
+export type { SocketTlsOptions } from "./Transport/SocketTransport.js"

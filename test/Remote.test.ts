@@ -279,7 +279,7 @@ describe("remoting-only flows (two nodes over TCP)", () => {
       yield* sendRange(producer, 50, 100)
       yield* waitUntil("100 deliveries", () => received.length === 100)
       expect(deliveryViolation(received, 100, true)).toBeUndefined()
-      expect(a.transport.stats().connectionsRejected + b.transport.stats().connectionsRejected).toBe(2)
+      expect(a.transport.stats().handshakesRefused + b.transport.stats().handshakesRefused).toBe(2)
     }))
 })
 

@@ -5,10 +5,9 @@
  * The exported values below make declaration emit name the package's types: a type that appears
  * in a public signature but is not exported fails the build with TS2742. The run sends orders
  * through a durable point-to-point flow and jobs through a work-pulling pool on the in-process
- * transport, then checks the socket transport: `--platform-node absent` expects a typed error
- * naming the missing optional peer, `--platform-node present` sends a flow over TCP.
+ * transport, then sends a flow over the TCP transport.
  */
-import { Context, Deferred, Effect, Either, Layer, Ref, Schema } from "effect"
+import { Context, Deferred, Effect, Layer, Ref, Schema } from "effect"
 import type { Scope } from "effect"
 import { Cluster, Consumer, DurableQueue, Producer, ReliableSystem, Transport, WorkPulling } from "effect-reliable"
 import * as Assert from "node:assert/strict"
@@ -106,22 +105,11 @@ const overTcp = Effect.gen(function*() {
   console.log("socket transport: 300 orders over TCP")
 })
 
-const withoutPlatformNode = Effect.gen(function*() {
-  const built = yield* Effect.either(socketNode)
-  Assert.ok(Either.isLeft(built), "the socket transport started without @effect/platform-node")
-  Assert.equal(built.left._tag, "SocketTransportError")
-  Assert.match(built.left.message, /@effect\/platform-node/)
-  console.log(`socket transport without @effect/platform-node: ${built.left._tag}: ${built.left.message}`)
-})
-
 const inMemory = <A, E>(effect: Effect.Effect<A, E, ReliableSystem.ReliableSystem | Scope.Scope>) =>
   effect.pipe(Effect.scoped, Effect.provide(memoryNode))
-
-const platformNode = process.argv[process.argv.indexOf("--platform-node") + 1]
-if (platformNode !== "absent" && platformNode !== "present") throw new Error("usage: app.js --platform-node absent|present")
 
 await Effect.runPromise(Effect.gen(function*() {
   yield* inMemory(pointToPoint)
   yield* inMemory(workPulling)
-  yield* Effect.scoped(platformNode === "absent" ? withoutPlatformNode : overTcp)
+  yield* Effect.scoped(overTcp)
 }))

@@ -4,6 +4,10 @@
  * caller learns a remote endpoint's live controller from the node that hosts it, never from a
  * cached copy. A request that gets no answer within the lookup timeout counts as "unknown";
  * callers retry on their own timers, so an unreachable peer is only a delay.
+ *
+ * The answer goes to the request's sender. Over TCP the transport carries it back over the
+ * connection the request came in on and never dials for it, and it delivers a request only from
+ * the node the connection belongs to, so a request in another node's name is never answered.
  */
 import { Deferred, Effect, FiberId } from "effect"
 import type { Duration, Scope } from "effect"

@@ -66,7 +66,7 @@ describe("FrameCodec SequencedMessage fast path", () => {
       const bytes = Buffer.alloc(frame.size)
       writeFrame(bytes, 0, frame)
       const decoded: Array<unknown> = []
-      new FrameReader(1 << 20, false).push(bytes, (buffer, start, end, owned) => decoded.push(decode(buffer, start, end, owned)?.message))
+      new FrameReader(1 << 20).push(bytes, (buffer, start, end, owned) => decoded.push(decode(buffer, start, end, owned)?.message))
       expect(decoded).toEqual([message])
     }
   })
@@ -132,7 +132,7 @@ describe("SequencedMessage header without a generic JSON pass", () => {
     const bytes = Buffer.alloc(frame.size - frame.message.length + reordered.length)
     writeFrame(bytes, 0, { ...frame, message: reordered, size: frame.size - frame.message.length + reordered.length })
     const decoded: Array<unknown> = []
-    new FrameReader(1 << 20, false).push(bytes, (buffer, start, end, owned) => decoded.push(decode(buffer, start, end, owned)?.message))
+    new FrameReader(1 << 20).push(bytes, (buffer, start, end, owned) => decoded.push(decode(buffer, start, end, owned)?.message))
     expect(decoded).toEqual([{ _tag: "SequencedMessage", sessionId: "s", messageId: "m\\x", seq: 3, payload: new Uint8Array([1]) }])
   })
 })

@@ -1,13 +1,17 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Chunk, Context, Duration, Effect, Either, Exit, Layer, Queue, Schedule, Scope } from "effect"
 import * as Net from "node:net"
+import { systemAddress } from "../../src/internal/NodeLookup.js"
 import type { ControllerAddress } from "../../src/Protocol/Address.js"
 import type { Envelope, WireMessage } from "../../src/Protocol/WireMessage.js"
 import * as FaultyTransport from "../../src/Transport/FaultyTransport.js"
 import { FrameReader, makeBodyDecoder } from "../../src/Transport/internal/FrameCodec.js"
+import { encodeMessage } from "../../src/Transport/internal/HandshakeProtocol.js"
 import * as SocketTransport from "../../src/Transport/SocketTransport.js"
 import { Transport } from "../../src/Transport/Transport.js"
 import type { TransportService } from "../../src/Transport/Transport.js"
+import { startNode } from "../support/Nodes.js"
+import { lengthPrefix, rawClient, rawPeer } from "../support/RawPeer.js"
 
 const host = "127.0.0.1"
 const fastReconnect = Schedule.spaced(Duration.millis(20))
@@ -50,26 +54,7 @@ const takeN = (inbox: Queue.Dequeue<Envelope>, count: number, timeout: Duration.
 const make = (options: Partial<SocketTransport.SocketTransportOptions> = {}) =>
   SocketTransport.makeSocket({ host, port: 0, reconnect: fastReconnect, ...options })
 
-/** A raw TCP client, destroyed with the scope; `closed()` tells whether the server hung up. */
-const rawClient = (port: number) =>
-  Effect.acquireRelease(
-    Effect.async<{ readonly socket: Net.Socket; readonly closed: () => boolean }, Error>((resume) => {
-      let closed = false
-      const socket = Net.createConnection({ host, port })
-      socket.on("error", () => {})
-      socket.on("close", () => void (closed = true))
-      socket.once("connect", () => resume(Effect.succeed({ socket, closed: () => closed })))
-    }),
-    ({ socket }) => Effect.sync(() => socket.destroy())
-  )
-
 const frameOf = (envelope: Envelope): Uint8Array => Either.getOrThrow(SocketTransport.encodeEnvelope(envelope))
-
-const lengthPrefix = (length: number): Buffer => {
-  const prefix = Buffer.alloc(4)
-  prefix.writeUInt32BE(length)
-  return prefix
-}
 
 describe("SocketTransport", () => {
   it.scopedLive("names itself by the bound port and exchanges envelopes both ways", () =>
@@ -243,6 +228,44 @@ describe("SocketTransport", () => {
       expect(a.stats().bufferedBytes).toBe(0)
     }))
 
+  it.scopedLive("forgets a peer nothing is posted to: an unreachable one stops being redialed, an idle connection closes", () =>
+    Effect.gen(function*() {
+      const probeScope = yield* Scope.make()
+      const port = (yield* Scope.extend(make(), probeScope)).port
+      yield* Scope.close(probeScope, Exit.void)
+
+      // The default schedule never ends: only going unused ends the redialing.
+      const a = yield* SocketTransport.makeSocket({ host, port: 0, idleTimeout: Duration.millis(400), maxPeers: 3 })
+      const from = address(a.node, "producer")
+      const down = address(`${host}:${port}`, "consumer")
+      a.post([sequenced(from, down, 1)])
+      expect(a.stats().knownPeers).toBe(1)
+      yield* waitUntil("the unused peer to be forgotten", () => a.stats().knownPeers === 0)
+      expect(a.stats()).toMatchObject({ droppedUnreachable: 1, bufferedBytes: 0 })
+
+      // Posting keeps a peer: it is redialed for as long as something needs it.
+      const kept = Effect.repeat(Effect.sync(() => a.post([sequenced(from, down, 2)])), Schedule.spaced(Duration.millis(50)))
+      yield* Effect.raceFirst(kept, Effect.sleep(Duration.millis(1200)))
+      expect(a.stats().knownPeers).toBe(1)
+      yield* waitUntil("the peer to be forgotten once posts stop", () => a.stats().knownPeers === 0)
+
+      // A reachable peer's connection closes after half the idle timeout without a post; a post brings it back.
+      const b = yield* make()
+      const to = address(b.node, "consumer")
+      const inbox = yield* b.open(to)
+      a.post([sequenced(from, to, 1)])
+      yield* takeN(inbox, 1)
+      yield* waitUntil("the idle connection to close and the peer to be forgotten", () => a.stats().knownPeers === 0 && a.stats().connectedPeers === 0)
+      a.post([sequenced(from, to, 2)])
+      expect(seqOf((yield* takeN(inbox, 1))[0])).toBe(2)
+      expect(a.stats().connectionsOpened).toBe(2)
+
+      // At most maxPeers peers at once (ports 1 to 4 refuse connections).
+      yield* waitUntil("b's peer to be forgotten again", () => a.stats().knownPeers === 0)
+      a.post([1, 2, 3, 4].map((index) => sequenced(from, address(`${host}:${index}`, "consumer"), 1)))
+      expect(a.stats()).toMatchObject({ knownPeers: 3, droppedPeerLimit: 1 })
+    }))
+
   it.scopedLive("refuses an oversized frame with a typed error and keeps the flow moving", () =>
     Effect.gen(function*() {
       const maxFrameSize = 4096
@@ -288,8 +311,8 @@ describe("SocketTransport", () => {
       a.post([sequenced(from, to, 1)])
       yield* takeN(inbox, 1)
 
-      const raw = yield* rawClient(b.port)
-      raw.socket.write(Buffer.concat([SocketTransport.Preamble, lengthPrefix(4097), Buffer.alloc(100)]))
+      const raw = yield* rawPeer(b.port)
+      raw.socket.write(Buffer.concat([lengthPrefix(4097), Buffer.alloc(100)]))
       yield* waitUntil("the offending connection to be closed", raw.closed)
       expect(b.stats().connectionsRejected).toBe(1)
 
@@ -309,7 +332,7 @@ describe("SocketTransport", () => {
       const raw = yield* rawClient(b.port)
       raw.socket.write("GET / HTTP/1.1\r\nHost: example\r\n\r\n")
       yield* waitUntil("the garbage connection to be closed", raw.closed)
-      expect(b.stats()).toMatchObject({ connectionsRejected: 1, delivered: 0 })
+      expect(b.stats()).toMatchObject({ handshakesRefused: 1, delivered: 0 })
 
       const raw2 = yield* rawClient(b.port)
       raw2.socket.write(Buffer.from([0xff, 0x00, 0x13, 0x37, 0xde, 0xad, 0xbe, 0xef, 0x01]))
@@ -317,7 +340,7 @@ describe("SocketTransport", () => {
 
       a.post(Array.from({ length: 100 }, (_, index) => sequenced(from, to, index + 1)))
       expect((yield* takeN(inbox, 100)).map(seqOf)).toEqual(Array.from({ length: 100 }, (_, index) => index + 1))
-      expect(b.stats().connectionsRejected).toBe(2)
+      expect(b.stats().handshakesRefused).toBe(2)
     }))
 
   it.scopedLive("counts malformed but well-framed input and keeps the connection", () =>
@@ -335,8 +358,8 @@ describe("SocketTransport", () => {
       expect(at).toBeGreaterThan(0)
       badSchema.write(JSON.stringify({ _tag: "SequencedMessage", sessionId: "s-1", messageId: "m-1", seq: 0 }), at)
 
-      const raw = yield* rawClient(b.port)
-      raw.socket.write(Buffer.concat([SocketTransport.Preamble, lengthPrefix(garbageBody.length), garbageBody]))
+      const raw = yield* rawPeer(b.port, from.node)
+      raw.socket.write(Buffer.concat([lengthPrefix(garbageBody.length), garbageBody]))
       raw.socket.write(badSchema)
       raw.socket.write(lengthPrefix(0))
       raw.socket.write(good)
@@ -348,13 +371,16 @@ describe("SocketTransport", () => {
 
   it.scopedLive("bounds what it buffers for a peer that never reads, and still closes promptly", () =>
     Effect.gen(function*() {
-      // A peer that accepts and never reads a byte.
+      // A peer that welcomes the dialer and then never reads a byte.
       const accepted: Array<Net.Socket> = []
       const server = yield* Effect.acquireRelease(
         Effect.async<Net.Server>((resume) => {
           const server = Net.createServer((socket) => {
-            socket.pause()
             socket.on("error", () => {})
+            socket.once("data", () => {
+              socket.pause()
+              socket.write(encodeMessage({ _tag: "Welcome", node: `${host}:${(server.address() as Net.AddressInfo).port}` }, true))
+            })
             accepted.push(socket)
           })
           server.listen(0, host, () => resume(Effect.succeed(server)))
@@ -400,6 +426,28 @@ describe("SocketTransport", () => {
       yield* Scope.close(aScope, Exit.void).pipe(Effect.timeoutFail({ duration: Duration.seconds(5), onTimeout: () => new Error("close hung") }))
       yield* Effect.forEach(accepted, (socket) => Effect.sync(() => socket.resume()))
       yield* waitUntil("the peer to see the connection close", () => closedSockets() === accepted.length)
+    }))
+
+  it.scopedLive("answers a lookup over the asking node's own connection, never by dialing; over another of its connections when that one closed", () =>
+    Effect.gen(function*() {
+      const b = yield* startNode()
+      const asker = "127.0.0.1:9"
+      // Two connections announcing the same node, as a node's ordinary and bulk connections do.
+      const first = yield* rawPeer(b.port, asker)
+      const second = yield* rawPeer(b.port, asker)
+      const welcomed = first.received().length
+      second.socket.destroy()
+      yield* waitUntil("b to see the second connection close", () => b.transport.stats().incomingConnections === 1)
+      const lookup: Envelope = { from: systemAddress(asker), to: systemAddress(b.node), message: { _tag: "Lookup", requestId: "r-1", name: "nobody" } }
+      first.socket.write(frameOf(lookup))
+      yield* waitUntil("the answer", () => first.received().length > welcomed)
+      const answers: Array<Envelope | undefined> = []
+      const decode = makeBodyDecoder()
+      new FrameReader(SocketTransport.MaxFrameSize).push(first.received().subarray(welcomed), (buffer, start, end, owned) => {
+        answers.push(decode(buffer, start, end, owned))
+      })
+      expect(answers.map((answer) => answer?.message)).toEqual([{ _tag: "LookupReply", requestId: "r-1" }])
+      expect(b.transport.stats()).toMatchObject({ connectionsOpened: 0, knownPeers: 0 })
     }))
 
   it.scopedLive("works under FaultyTransport.layerWithFaults", () =>
@@ -461,9 +509,9 @@ describe("FrameCodec", () => {
       sequenced(from, to, 2, new Uint8Array(0)),
       sequenced(from, to, 3, new Uint8Array(5000).fill(9))
     ]
-    const stream = Buffer.concat([SocketTransport.Preamble, ...envelopes.map(frameOf)])
+    const stream = Buffer.concat(envelopes.map(frameOf))
     for (const step of [1, 3, 7, 64, 1000, stream.length]) {
-      const reader = new FrameReader(SocketTransport.MaxFrameSize, true)
+      const reader = new FrameReader(SocketTransport.MaxFrameSize)
       const decode = makeBodyDecoder()
       const got: Array<Envelope | undefined> = []
       for (let offset = 0; offset < stream.length; offset += step) {
@@ -475,6 +523,23 @@ describe("FrameCodec", () => {
       }
       expect(got).toEqual(envelopes)
     }
+  })
+
+  it("counts the bytes of a frame in progress, its length prefix included, until it completes", () => {
+    const reader = new FrameReader(1024)
+    const frames: Array<number> = []
+    const onFrame = (_: Buffer, start: number, end: number) => void frames.push(end - start)
+    expect(reader.push(lengthPrefix(10), onFrame)).toBeUndefined()
+    // The prefix is read, no byte of the body yet: the frame is still in progress (a slow drip's clock keeps running).
+    expect(reader.buffered).toBe(4)
+    reader.push(Buffer.alloc(9), onFrame)
+    expect(reader.buffered).toBe(13)
+    reader.push(Buffer.concat([Buffer.alloc(1), lengthPrefix(2).subarray(0, 3)]), onFrame)
+    expect(frames).toEqual([10])
+    expect(reader.buffered).toBe(3)
+    reader.push(Buffer.concat([lengthPrefix(2).subarray(3), Buffer.alloc(2)]), onFrame)
+    expect(frames).toEqual([10, 2])
+    expect(reader.buffered).toBe(0)
   })
 
   it("parses node names", () => {

@@ -28,6 +28,8 @@ export const startNode = (
     readonly port?: number
     readonly maxFrameSize?: number
     readonly lookupTimeout?: Duration.DurationInput
+    /** More transport options (limits, TLS...). */
+    readonly transport?: Partial<SocketTransport.SocketTransportOptions>
     readonly wrap?: (socket: Layer.Layer<Transport>) => Layer.Layer<Transport, ReliableConfigError>
   } = {}
 ): Effect.Effect<Node, SocketTransport.SocketTransportError | ReliableConfigError, Scope.Scope> =>
@@ -38,7 +40,8 @@ export const startNode = (
         host,
         port: options.port ?? 0,
         reconnect: Schedule.spaced(Duration.millis(20)),
-        ...(options.maxFrameSize === undefined ? {} : { maxFrameSize: options.maxFrameSize })
+        ...(options.maxFrameSize === undefined ? {} : { maxFrameSize: options.maxFrameSize }),
+        ...options.transport
       }),
       Scope.Scope,
       scope

@@ -1,8 +1,7 @@
 /**
- * The byte layout of the TCP transport, and an incremental frame reader.
+ * The frame layout of the TCP transport, and an incremental frame reader. Frames follow the
+ * connect handshake (`Handshake.ts`) in both directions of a connection:
  *
- *   connection := preamble frame*
- *   preamble   := the 8 ASCII bytes "effrel/1" (anything else closes the connection)
  *   frame      := u32be bodyLength, body                      (bodyLength <= maxFrameSize)
  *   body       := u32be n, from    (n bytes: JSON of a ControllerAddress)
  *                 u32be n, to      (n bytes: JSON of a ControllerAddress)
@@ -28,9 +27,6 @@ export const MaxFrameSize = 16 * 1024 * 1024
 
 /** Bytes before each frame body. */
 export const LengthPrefixBytes = 4
-
-/** Sent once by the dialing side; lets a server drop a stranger's bytes at once. */
-export const Preamble: Buffer = Buffer.from("effrel/1", "ascii")
 
 const decodeWireMessage = Schema.decodeUnknownEither(WireMessage)
 const decodeAddress = Schema.decodeUnknownEither(ControllerAddress)
@@ -250,22 +246,28 @@ export const sequencedFast = (fields: Record<string, unknown>): SequencedMessage
 }
 
 /** Why a connection's input was refused; the connection is closed, nothing else. */
-export type ReadViolation = "BadPreamble" | "FrameTooLarge"
+export type ReadViolation = "FrameTooLarge"
 
 /**
  * Splits a byte stream into frame bodies. Chunks are kept, not concatenated, until a whole frame
- * is available, so a large frame is copied once however many reads it spans; a frame inside one
- * chunk is handed on in place.
+ * is available, so a large frame is copied once however many reads it spans (and memory grows
+ * only as its bytes arrive, never by what a length prefix announces); a frame inside one chunk is
+ * handed on in place.
  */
 export class FrameReader {
   private readonly chunks: Array<Buffer> = []
   private head = 0
   private available = 0
   private expected = -1
-  private preambleChecked: boolean
 
-  constructor(readonly maxFrameSize: number, expectPreamble: boolean) {
-    this.preambleChecked = !expectPreamble
+  constructor(readonly maxFrameSize: number) {}
+
+  /**
+   * Bytes held for the frame not yet complete, its length prefix included: zero only between
+   * frames (a frame whose prefix has been read but none of its body still counts).
+   */
+  get buffered(): number {
+    return this.expected < 0 ? this.available : this.available + LengthPrefixBytes
   }
 
   /** Feeds one chunk; calls `onFrame` per complete body; stops at the first violation. */
@@ -273,12 +275,6 @@ export class FrameReader {
     if (chunk.length === 0) return undefined
     this.chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength))
     this.available += chunk.length
-    if (!this.preambleChecked) {
-      if (this.available < Preamble.length) return undefined
-      const { buffer, start } = this.take(Preamble.length)
-      if (buffer.compare(Preamble, 0, Preamble.length, start, start + Preamble.length) !== 0) return "BadPreamble"
-      this.preambleChecked = true
-    }
     while (true) {
       if (this.expected < 0) {
         if (this.available < LengthPrefixBytes) return undefined

@@ -136,7 +136,7 @@ export const make = <A>(
 
     const lent = settings.lendPayloads ? Reassembly.makeLent() : undefined
 
-    const deliver = (inFlight: Machine.InFlight, payload: Uint8Array | ReadonlyArray<Uint8Array>) => {
+    const deliver = (inFlight: Machine.HandOut, payload: Uint8Array | ReadonlyArray<Uint8Array>) => {
       // Joined chunks are this hand-out's own (or lent) bytes; a whole payload is shared with
       // the transport and copied unless lent.
       const decoded = payload instanceof Uint8Array
@@ -214,9 +214,9 @@ export const make = <A>(
       release: (id) => dispatch({ _tag: "Release", id, now: now() }),
       drain: () => {
         dispatch({ _tag: "Drain" })
-        return state.inFlight !== undefined
+        return Machine.inFlight(state) !== undefined
       },
-      holding: () => state.inFlight !== undefined,
+      holding: () => Machine.inFlight(state) !== undefined,
       stats: () => ({ ...counters })
     }
   })

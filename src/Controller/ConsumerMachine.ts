@@ -1,10 +1,17 @@
 /**
  * The consumer controller as a pure state machine. It registers with the producer controller,
  * asks for demand one window at a time, buffers what arrives out of order, gathers chunk runs,
- * and hands exactly one unconfirmed delivery at a time to the endpoint, which holds it until it
- * confirms it or gives it back (its handler was interrupted: the delivery is handed out again at
- * once). On each tick of a silent flow it looks its producer up (registering again only when the
- * producer's controller changed) and asks again for what it may have lost; it re-requests gaps.
+ * and hands deliveries to the endpoint in seq order: one at a time for a point-to-point consumer,
+ * up to `concurrency` at once for a worker. The endpoint holds each until it confirms it, gives
+ * it back (its handler was interrupted: it is handed out again at once), or settles it another
+ * way (`Settle`: a failed job goes back to the producer, a message is dead-lettered). A settle
+ * reaches the producer before the consumer confirms past it: the producer answers `Settled`.
+ * Confirmations are cumulative, so a delivery done early waits for the earlier ones.
+ *
+ * On each tick of a silent flow it looks its producer up (registering again only when the
+ * producer's controller changed) and asks again for what it may have lost; it repeats unanswered
+ * settles, re-requests gaps, and, on a worker whose every handler has been busy for a whole
+ * interval, hands the messages it has not started back to the producer for other workers.
  *
  * Like the producer machine, `step` copies the state once into a draft that the rules update;
  * its input is never mutated.
@@ -13,7 +20,7 @@ import { sameAddress } from "../Protocol/Address.js"
 import type { ControllerAddress } from "../Protocol/Address.js"
 import { ProtocolViolation } from "../Protocol/Errors.js"
 import type { ReliableDeliveryStage } from "../Protocol/Failure.js"
-import type { ConsumerToProducer, ProducerToConsumer, RegistrationAck, SequencedMessage } from "../Protocol/WireMessage.js"
+import type { ConsumerToProducer, ProducerToConsumer, RegistrationAck, SequencedMessage, SettleOutcome } from "../Protocol/WireMessage.js"
 import { SeqLog } from "./internal/SeqLog.js"
 
 export interface ConsumerConfig {
@@ -21,6 +28,13 @@ export interface ConsumerConfig {
   readonly incarnation: string
   readonly window: number
   readonly resendIntervalMs: number
+  /** Deliveries handed out at once (1 keeps point-to-point order). */
+  readonly concurrency?: number
+  /**
+   * Workers: when every handler has been busy this long, messages not started yet are handed
+   * back to the producer (undefined: never, as for point-to-point).
+   */
+  readonly releaseStuckAfterMs?: number | undefined
 }
 
 export interface Session {
@@ -30,16 +44,25 @@ export interface Session {
 }
 
 /**
- * The delivery the endpoint holds: its id, how many seqs (chunks) it covers, when it was handed
- * out. Its bytes stay in `received` until it is confirmed.
+ * A message handed out (or handed back): its id, the last seq it covers and how many seqs
+ * (chunks), which attempt it is, when it was handed out, and where it stands. Its bytes stay in
+ * `received` until it is confirmed.
  */
-export interface InFlight {
+export interface HandOut {
   readonly id: number
   readonly messageId: string
   readonly seq: number
   readonly count: number
+  readonly attempt: number
   readonly deliveredAt: number
+  /** Out: the endpoint holds it. Settling: a settle waits for `Settled`. Done: confirmed or settled. */
+  readonly status: "Out" | "Settling" | "Done"
+  /** The settle sent (while Settling). */
+  readonly outcome?: SettleOutcome | undefined
 }
+
+/** The hand-out whose handler works on it (the first one Out), as the single-delivery view. */
+export const inFlight = (state: ConsumerState): HandOut | undefined => state.handedOut.find((handOut) => handOut.status === "Out")
 
 export interface ConsumerState {
   readonly config: ConsumerConfig
@@ -54,7 +77,8 @@ export interface ConsumerState {
   readonly received: SeqLog<SequencedMessage>
   /** Received messages beyond a gap, ascending by seq. */
   readonly parked: ReadonlyArray<SequencedMessage>
-  readonly inFlight: InFlight | undefined
+  /** Handed out (or handed back), in seq order from confirmedSeq + 1; confirmed in that order. */
+  readonly handedOut: ReadonlyArray<HandOut>
   /** Entries at the head of `received` already checked as an incomplete chunk run. */
   readonly runChecked: number
   readonly deliveries: number
@@ -71,6 +95,8 @@ export type ConsumerEvent =
   | { readonly _tag: "Wire"; readonly from: ControllerAddress; readonly message: ProducerToConsumer; readonly now: number }
   | { readonly _tag: "Resolved"; readonly producer: ControllerAddress | undefined; readonly now: number }
   | { readonly _tag: "Confirm"; readonly id: number; readonly now: number }
+  /** The endpoint settles a delivery without processing it (a failure the producer retries, a dead letter). */
+  | { readonly _tag: "Settle"; readonly id: number; readonly outcome: SettleOutcome; readonly now: number }
   /** The endpoint gives a delivery back unconfirmed (its handler was interrupted). */
   | { readonly _tag: "Release"; readonly id: number; readonly now: number }
   /** Graceful shutdown: hand nothing more out. */
@@ -87,7 +113,7 @@ export type ConsumerAction =
    */
   | {
     readonly _tag: "Deliver"
-    readonly delivery: InFlight
+    readonly delivery: HandOut
     readonly payload: Uint8Array | ReadonlyArray<Uint8Array>
     readonly redelivery: boolean
   }
@@ -112,7 +138,7 @@ class StateDraft implements Draft {
   requestedUpTo: number
   received: SeqLog<SequencedMessage>
   parked: ReadonlyArray<SequencedMessage>
-  inFlight: InFlight | undefined
+  handedOut: ReadonlyArray<HandOut>
   runChecked: number
   deliveries: number
   heard: boolean
@@ -129,7 +155,7 @@ class StateDraft implements Draft {
     this.requestedUpTo = from.requestedUpTo
     this.received = from.received
     this.parked = from.parked
-    this.inFlight = from.inFlight
+    this.handedOut = from.handedOut
     this.runChecked = from.runChecked
     this.deliveries = from.deliveries
     this.heard = from.heard
@@ -151,7 +177,7 @@ export const initial = (config: ConsumerConfig): Step => ({
     requestedUpTo: 0,
     received: SeqLog.empty(),
     parked: [],
-    inFlight: undefined,
+    handedOut: [],
     runChecked: 0,
     deliveries: 0,
     heard: false,
@@ -169,6 +195,7 @@ export const step = (state: ConsumerState, event: ConsumerEvent): Step => {
   switch (event._tag) {
     case "Wire":
       if (event.message._tag === "RegistrationAck") onRegistrationAck(s, event.from, event.message, out)
+      else if (event.message._tag === "Settled") onSettled(s, event.from, event.message.sessionId, event.message.seq, event.now, out)
       else onSequenced(s, event.from, event.message, event.now, out)
       break
     case "Resolved":
@@ -179,6 +206,9 @@ export const step = (state: ConsumerState, event: ConsumerEvent): Step => {
       break
     case "Release":
       onRelease(s, event.id, event.now, out)
+      break
+    case "Settle":
+      onSettle(s, event.id, event.outcome, event.now, out)
       break
     case "Drain":
       s.draining = true
@@ -229,7 +259,7 @@ const onRegistrationAck = (s: Draft, from: ControllerAddress, ack: RegistrationA
     s.confirmedSeq = ack.nextSeq - 1
     s.received = SeqLog.empty()
     s.parked = []
-    s.inFlight = undefined
+    s.handedOut = []
     s.runChecked = 0
   }
   const session: Session = { sessionId: ack.sessionId, producer: from, nonce: ack.nonce }
@@ -310,39 +340,60 @@ const requestGap = (s: Draft, session: Session, now: number, out: Out): void => 
   s.lastGapRequestAt = now
 }
 
-/**
- * Hands out the next message when nothing is in flight: a whole message at the head, or a chunk
- * run from a first to a last chunk. A run that cannot complete within the window, or that breaks
- * the chunk structure, stops the flow. An incomplete run at the head tops demand up to a full
- * window: nothing is confirmed mid-message, so the usual top-up on confirmation never comes and
- * the rest of the message could otherwise wait forever.
- */
+/** Received entries the hand-outs cover (from the head of `received`). */
+const covered = (s: Draft): number => {
+  let count = 0
+  for (const handOut of s.handedOut) count += handOut.count
+  return count
+}
+
+const handlersBusy = (s: Draft): number => {
+  let busy = 0
+  for (const handOut of s.handedOut) if (handOut.status === "Out") busy++
+  return busy
+}
+
+/** Hands out the next messages while handlers are free (one at a time for point-to-point). */
 const deliverNext = (s: Draft, now: number, out: Out): void => {
-  if (s.inFlight !== undefined || s.draining) return
-  const head = s.received.first
-  if (head === undefined) return
-  if (head.chunk === undefined) return handOut(s, head.messageId, head.seq, 1, now, out)
-  if (!head.chunk.first) return violation(s, `message ${head.messageId} seq ${head.seq} continues a chunk run that never started`, out)
-  if (head.chunk.last) return handOut(s, head.messageId, head.seq, 1, now, out)
+  if (s.draining) return
+  const concurrency = s.config.concurrency ?? 1
+  let busy = handlersBusy(s)
+  let from = covered(s)
+  while (busy < concurrency) {
+    const count = nextMessage(s, from, out)
+    if (count === undefined) return
+    handOut(s, from, count, now, out)
+    from += count
+    busy++
+  }
+}
+
+/**
+ * The next complete message at `from` in `received`: how many entries it takes (1 unless it is a
+ * chunk run from a first to a last chunk), or undefined when none is complete yet. A run that
+ * cannot complete within the window, or that breaks the chunk structure, stops the flow. An
+ * incomplete run at the head tops demand up to a full window: nothing is confirmed mid-message,
+ * so the usual top-up on confirmation never comes and the rest could otherwise wait forever.
+ */
+const nextMessage = (s: Draft, from: number, out: Out): number | undefined => {
+  const head = s.received.at(from)
+  if (head === undefined || s.phase !== "Running") return undefined
+  if (head.chunk === undefined || head.chunk.last && head.chunk.first) return 1
+  if (!head.chunk.first) return void violation(s, `message ${head.messageId} seq ${head.seq} continues a chunk run that never started`, out)
   // Chunks already checked by an earlier call are not walked again: a run of n chunks costs O(n).
-  let index = Math.max(1, s.runChecked)
-  let last = false
-  while (index < s.received.length) {
-    const part = s.received.at(index)!
+  let index = Math.max(1, from === 0 ? s.runChecked : 1)
+  while (from + index < s.received.length) {
+    const part = s.received.at(from + index)!
     if (part.chunk === undefined || part.chunk.first || part.messageId !== head.messageId) {
-      return violation(s, `chunk run of message ${head.messageId} broken at seq ${part.seq} (message ${part.messageId})`, out)
+      return void violation(s, `chunk run of message ${head.messageId} broken at seq ${part.seq} (message ${part.messageId})`, out)
     }
     index++
-    if (part.chunk.last) {
-      last = true
-      break
-    }
+    if (part.chunk.last) return index
   }
-  if (last) return handOut(s, head.messageId, head.seq + index - 1, index, now, out)
-  s.runChecked = index
+  if (from === 0) s.runChecked = index
   const windowEnd = s.confirmedSeq + s.config.window
   if (head.seq + index - 1 >= windowEnd) {
-    return violation(
+    return void violation(
       s,
       `message ${head.messageId} needs more chunks than the window of ${s.config.window} can hold; ` +
         "raise the consumer window or the producer's chunk size",
@@ -354,70 +405,175 @@ const deliverNext = (s: Draft, now: number, out: Out): void => {
     s.requestedUpTo = windowEnd
     out.push({ _tag: "Send", to: session.producer, message: request(s, session, windowEnd, false) })
   }
+  return undefined
 }
 
-const handOut = (s: Draft, messageId: string, seq: number, count: number, now: number, out: Out): void => {
+const handOut = (s: Draft, from: number, count: number, now: number, out: Out): void => {
   s.deliveries++
-  s.runChecked = 0
-  const inFlight: InFlight = { id: s.deliveries, messageId, seq, count, deliveredAt: now }
-  s.inFlight = inFlight
-  out.push(deliver(s, inFlight, false))
+  if (from === 0) s.runChecked = 0
+  const last = s.received.at(from + count - 1)!
+  const first = s.received.at(from)!
+  const handed: HandOut = {
+    id: s.deliveries,
+    messageId: last.messageId,
+    seq: last.seq,
+    count,
+    attempt: first.attempt ?? 1,
+    deliveredAt: now,
+    status: "Out"
+  }
+  s.handedOut = [...s.handedOut, handed]
+  out.push(deliver(s, handed, from, false))
 }
 
-/** A hand-out of the delivery in flight: a chunked message's chunks are joined for every hand-out. */
-const deliver = (s: Draft, inFlight: InFlight, redelivery: boolean): ConsumerAction =>
-  inFlight.count === 1
-    ? { _tag: "Deliver", delivery: inFlight, payload: s.received.first!.payload, redelivery }
-    : { _tag: "Deliver", delivery: inFlight, payload: chunksOf(s.received, inFlight.count), redelivery }
+/** A hand-out of `handed`, whose entries start at `from` in `received`: a chunked message's chunks are handed over for every hand-out. */
+const deliver = (s: Draft, handed: HandOut, from: number, redelivery: boolean): ConsumerAction =>
+  handed.count === 1
+    ? { _tag: "Deliver", delivery: handed, payload: s.received.at(from)!.payload, redelivery }
+    : { _tag: "Deliver", delivery: handed, payload: chunksOf(s.received, from, handed.count), redelivery }
 
-const chunksOf = (received: SeqLog<SequencedMessage>, count: number): ReadonlyArray<Uint8Array> => {
+const chunksOf = (received: SeqLog<SequencedMessage>, from: number, count: number): ReadonlyArray<Uint8Array> => {
   const chunks = new Array<Uint8Array>(count)
-  for (let index = 0; index < count; index++) chunks[index] = received.at(index)!.payload
+  for (let index = 0; index < count; index++) chunks[index] = received.at(from + index)!.payload
   return chunks
 }
 
-/**
- * The endpoint confirmed the delivery in flight. Demand is topped up once half the window is
- * used; otherwise an idle consumer acknowledges so the producer can drop what is confirmed.
- */
+/** The hand-out with `id`, its position and where its entries start in `received`. */
+const find = (s: Draft, matches: (handed: HandOut) => boolean): { readonly index: number; readonly from: number } | undefined => {
+  let from = 0
+  for (let index = 0; index < s.handedOut.length; index++) {
+    const handed = s.handedOut[index]
+    if (matches(handed)) return { index, from }
+    from += handed.count
+  }
+  return undefined
+}
+
+const replace = (s: Draft, index: number, handed: HandOut): void => {
+  const next = s.handedOut.slice()
+  next[index] = handed
+  s.handedOut = next
+}
+
+/** The endpoint confirmed a delivery: it is done, and confirmed as soon as the earlier ones are. */
 const onConfirm = (s: Draft, id: number, now: number, out: Out): void => {
-  const inFlight = s.inFlight
-  if (inFlight === undefined || inFlight.id !== id) return
-  s.inFlight = undefined
-  s.confirmedSeq += inFlight.count
-  s.received = s.received.dropFront(inFlight.count)
-  const session = s.session
-  if (session !== undefined) {
-    if (s.requestedUpTo - s.confirmedSeq <= Math.floor(s.config.window / 2)) {
-      s.requestedUpTo = s.confirmedSeq + s.config.window
-      out.push({ _tag: "Send", to: session.producer, message: request(s, session, s.requestedUpTo, false) })
-    } else if (s.received.isEmpty) {
-      out.push({ _tag: "Send", to: session.producer, message: ack(s, session) })
+  const found = find(s, (handed) => handed.id === id && handed.status === "Out")
+  if (found === undefined) return
+  replace(s, found.index, { ...s.handedOut[found.index], status: "Done" })
+  advance(s, now, out)
+}
+
+/**
+ * Confirms the done prefix of the hand-outs. Demand is topped up once half the window is used;
+ * otherwise a consumer with nothing left to work on acknowledges, so the producer can drop what
+ * is confirmed. Then it hands out what it can.
+ */
+const advance = (s: Draft, now: number, out: Out): void => {
+  let done = 0
+  let seqs = 0
+  while (done < s.handedOut.length && s.handedOut[done].status === "Done") seqs += s.handedOut[done++].count
+  if (done > 0) {
+    s.handedOut = s.handedOut.slice(done)
+    s.confirmedSeq += seqs
+    s.received = s.received.dropFront(seqs)
+    const session = s.session
+    if (session !== undefined) {
+      if (s.requestedUpTo - s.confirmedSeq <= Math.floor(s.config.window / 2)) {
+        s.requestedUpTo = s.confirmedSeq + s.config.window
+        out.push({ _tag: "Send", to: session.producer, message: request(s, session, s.requestedUpTo, false) })
+      } else if (s.received.isEmpty) {
+        out.push({ _tag: "Send", to: session.producer, message: ack(s, session) })
+      }
     }
   }
   deliverNext(s, now, out)
 }
 
-/** The endpoint gave the delivery in flight back: it is handed out again at once (a redelivery). */
+/** The endpoint gave a delivery back: it is handed out again at once (a redelivery). */
 const onRelease = (s: Draft, id: number, now: number, out: Out): void => {
-  const inFlight = s.inFlight
-  if (inFlight === undefined || inFlight.id !== id || s.draining) return
-  s.inFlight = { ...inFlight, deliveredAt: now }
-  out.push(deliver(s, s.inFlight, true))
+  const found = find(s, (handed) => handed.id === id && handed.status === "Out")
+  if (found === undefined || s.draining) return
+  const handed = { ...s.handedOut[found.index], deliveredAt: now }
+  replace(s, found.index, handed)
+  out.push(deliver(s, handed, found.from, true))
+}
+
+/** The endpoint settles a delivery another way: the producer is told, and answers `Settled`. */
+const onSettle = (s: Draft, id: number, outcome: SettleOutcome, now: number, out: Out): void => {
+  const found = find(s, (handed) => handed.id === id && handed.status === "Out")
+  if (found === undefined) return
+  const handed: HandOut = { ...s.handedOut[found.index], status: "Settling", outcome }
+  replace(s, found.index, handed)
+  sendSettle(s, handed, out)
+  deliverNext(s, now, out)
+}
+
+const sendSettle = (s: Draft, handed: HandOut, out: Out): void => {
+  const session = s.session
+  if (session === undefined || handed.outcome === undefined) return
+  out.push({
+    _tag: "Send",
+    to: session.producer,
+    message: { _tag: "Settle", sessionId: session.sessionId, nonce: session.nonce, seq: handed.seq, outcome: handed.outcome }
+  })
+}
+
+/** The producer took care of a settle: the message is done. */
+const onSettled = (s: Draft, from: ControllerAddress, sessionId: string, seq: number, now: number, out: Out): void => {
+  const session = s.session
+  if (session === undefined || session.sessionId !== sessionId || !sameAddress(session.producer, from)) {
+    return void out.push({ _tag: "Dropped", reason: "StaleSession" })
+  }
+  s.heard = true
+  const found = find(s, (handed) => handed.seq === seq && handed.status === "Settling")
+  if (found === undefined) return
+  replace(s, found.index, { ...s.handedOut[found.index], status: "Done", outcome: undefined })
+  advance(s, now, out)
+}
+
+/**
+ * A worker whose every handler has been busy for a whole `releaseStuckAfterMs` hands the complete
+ * messages it has not started back to the producer, which gives them to other workers.
+ */
+const releaseStuck = (s: Draft, now: number, out: Out): void => {
+  const after = s.config.releaseStuckAfterMs
+  if (after === undefined || s.draining) return
+  const busy = s.handedOut.filter((handed) => handed.status === "Out")
+  if (busy.length < (s.config.concurrency ?? 1) || busy.some((handed) => now - handed.deliveredAt < after)) return
+  let from = covered(s)
+  for (let count = nextMessage(s, from, out); count !== undefined; count = nextMessage(s, from, out)) {
+    s.deliveries++
+    const last = s.received.at(from + count - 1)!
+    const handed: HandOut = {
+      id: s.deliveries,
+      messageId: last.messageId,
+      seq: last.seq,
+      count,
+      attempt: s.received.at(from)!.attempt ?? 1,
+      deliveredAt: now,
+      status: "Settling",
+      outcome: { _tag: "Released" }
+    }
+    s.handedOut = [...s.handedOut, handed]
+    sendSettle(s, handed, out)
+    from += count
+  }
 }
 
 /**
  * The tick: with no session, look the producer up to register. When the producer was silent
  * since the previous tick, look it up again (a new controller means registering anew) and, unless
- * this consumer holds a delivery with more complete messages behind it to work through, ask again
- * for everything it requested: what was lost in flight is resent. Confirmations the producer was
- * not told of yet are reported. A delivery the endpoint holds is never handed out again here,
- * however long its handler takes. An open gap is re-requested.
+ * this consumer still has messages to work through, ask again for everything it requested: what
+ * was lost in flight is resent. Confirmations the producer was not told of yet are reported, and
+ * settles it has not answered are sent again. A delivery the endpoint holds is never handed out
+ * again here, however long its handler takes. An open gap is re-requested; a stuck worker hands
+ * back what it has not started.
  */
 const onTick = (s: Draft, now: number, out: Out): void => {
   const session = s.session
   if (session === undefined || !s.heard) out.push({ _tag: "Resolve" })
-  if (session !== undefined && !s.heard && s.parked.length === 0 && (s.inFlight === undefined || s.received.length <= s.inFlight.count)) {
+  const working = s.handedOut.length > 0 && s.received.length > covered(s)
+  if (session !== undefined && !s.heard && s.parked.length === 0 && !working) {
     out.push({ _tag: "Send", to: session.producer, message: request(s, session, s.requestedUpTo, true) })
   } else if (session !== undefined && s.confirmedSeq > s.reportedSeq) {
     // Confirmations made while working through a backlog are not sent one by one: the tick
@@ -425,5 +581,7 @@ const onTick = (s: Draft, now: number, out: Out): void => {
     out.push({ _tag: "Send", to: session.producer, message: ack(s, session) })
   }
   s.heard = false
+  for (const handed of s.handedOut) if (handed.status === "Settling") sendSettle(s, handed, out)
   if (session !== undefined && s.parked.length > 0) requestGap(s, session, now, out)
+  releaseStuck(s, now, out)
 }

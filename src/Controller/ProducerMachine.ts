@@ -24,7 +24,7 @@ import { DeliveryConfirmed } from "../Protocol/Contract.js"
 import type { RequestNext } from "../Protocol/Contract.js"
 import { ProtocolViolation } from "../Protocol/Errors.js"
 import type { ReliableDeliveryStage } from "../Protocol/Failure.js"
-import type { Ack, ChunkMark, ConsumerToProducer, ProducerToConsumer, Request, SequencedMessage } from "../Protocol/WireMessage.js"
+import type { Ack, ChunkMark, ConsumerToProducer, ProducerToConsumer, Request, SequencedMessage, Settle } from "../Protocol/WireMessage.js"
 import type { DurableQueueState, StoreResult } from "../DurableQueue/DurableProducerQueue.js"
 import { confirmationViolation, demandViolation } from "./internal/DemandRules.js"
 import * as ProducerHandshake from "./internal/ProducerHandshake.js"
@@ -86,10 +86,18 @@ export interface ProducerState {
   readonly lastCompletedToken: string | undefined
   /** Store-seq watermark already handed to the durable queue for persistence. */
   readonly persistedConfirmSeq: number
+  /** The highest store seq the consumer confirmed (the watermark follows once nothing below is open). */
+  readonly confirmedStoreSeq: number
   /** The latest registration that arrived while loading; answered once loaded. */
   readonly registrationWhileLoading: Binding | undefined
   /** Wire seqs the latest emitted message took (0 before the first one). */
   readonly lastParts: number
+  /**
+   * Messages the consumer dead-lettered, by the wire seq their last part ends at: `Recording`
+   * while the durable queue records them, then `Recorded` (answered `Settled`) until the
+   * consumer confirms past them. They are not reported as confirmed.
+   */
+  readonly deadLettered: ReadonlyMap<number, "Recording" | "Recorded">
 }
 
 export type ProducerEvent =
@@ -107,6 +115,8 @@ export type ProducerEvent =
     readonly now: number
   }
   | { readonly _tag: "AcceptCompleted"; readonly token: string; readonly now: number }
+  /** The durable queue recorded the dead letter of the message ending at `seq`. */
+  | { readonly _tag: "DeadLetterRecorded"; readonly seq: number; readonly now: number }
   | { readonly _tag: "Fail"; readonly stage: ReliableDeliveryStage; readonly cause: unknown }
 
 export type ProducerAction =
@@ -126,6 +136,15 @@ export type ProducerAction =
     readonly accept: boolean
   }
   | { readonly _tag: "PersistConfirm"; readonly upToStoreSeq: number }
+  /** Record the message ending at wire seq `seq` as dead-lettered (durable only). */
+  | {
+    readonly _tag: "DeadLetter"
+    readonly seq: number
+    readonly messageId: string
+    readonly attempts: number
+    readonly lastError: string
+    readonly at: number
+  }
   | { readonly _tag: "Fail"; readonly stage: ReliableDeliveryStage; readonly cause: unknown }
   | { readonly _tag: "Dropped"; readonly reason: DropReason }
 
@@ -154,8 +173,10 @@ class StateDraft implements Draft {
   grantCount: number
   lastCompletedToken: string | undefined
   persistedConfirmSeq: number
+  confirmedStoreSeq: number
   registrationWhileLoading: Binding | undefined
   lastParts: number
+  deadLettered: ReadonlyMap<number, "Recording" | "Recorded">
   constructor(from: ProducerState) {
     this.config = from.config
     this.phase = from.phase
@@ -169,8 +190,10 @@ class StateDraft implements Draft {
     this.grantCount = from.grantCount
     this.lastCompletedToken = from.lastCompletedToken
     this.persistedConfirmSeq = from.persistedConfirmSeq
+    this.confirmedStoreSeq = from.confirmedStoreSeq
     this.registrationWhileLoading = from.registrationWhileLoading
     this.lastParts = from.lastParts
+    this.deadLettered = from.deadLettered
   }
 }
 
@@ -189,8 +212,10 @@ export const initial = (config: ProducerConfig, now: number): Step => {
     grantCount: 0,
     lastCompletedToken: undefined,
     persistedConfirmSeq: 0,
+    confirmedStoreSeq: 0,
     registrationWhileLoading: undefined,
-    lastParts: 0
+    lastParts: 0,
+    deadLettered: new Map()
   })
   const actions: Out = []
   if (config.durable) actions.push({ _tag: "Load" })
@@ -257,6 +282,9 @@ export const step = (state: ProducerState, event: ProducerEvent): Step => {
     case "AcceptCompleted":
       completeHandshake(s, ProducerHandshake.acceptCompleted(s, event.token), event.now, out)
       break
+    case "DeadLetterRecorded":
+      onDeadLetterRecorded(s, event.seq, out)
+      break
     case "Fail":
       fail(s, event.stage, event.cause, out)
       break
@@ -288,6 +316,8 @@ const onWire = (s: Draft, from: ControllerAddress, message: ConsumerToProducer, 
       return onRequest(s, from, message, now, out)
     case "Ack":
       return onAck(s, from, message, now, out)
+    case "Settle":
+      return onSettle(s, from, message, now, out)
   }
 }
 
@@ -370,32 +400,100 @@ const onAck = (s: Draft, from: ControllerAddress, ack: Ack, now: number, out: Ou
   offerGrantIfDue(s, now, out)
 }
 
+/**
+ * The consumer settles a message without confirming it as processed. A point-to-point consumer
+ * only dead-letters (its attempts are exhausted, or its payload cannot be decoded): a durable
+ * producer records the dead letter with its payload before answering `Settled`, so a crash after
+ * the consumer confirms past it keeps it; a volatile one answers at once. A repeat is answered
+ * again (or, while recording, when the record is written).
+ */
+const onSettle = (s: Draft, from: ControllerAddress, settle: Settle, now: number, out: Out): void => {
+  const stale = staleReason(s, from, settle.sessionId)
+  if (stale !== undefined) return dropped(stale, out)
+  if (settle.outcome._tag !== "DeadLettered") return dropped("UnverifiedSender", out)
+  if (settle.seq <= s.confirmedSeq) return settledTo(s, settle.seq, out)
+  const entry = s.unconfirmed.at(settle.seq - s.confirmedSeq - 1)
+  if (entry === undefined || !isMessageEnd(entry)) return dropped("UnboundSender", out)
+  const known = s.deadLettered.get(settle.seq)
+  if (known === "Recording") return
+  if (known === undefined) {
+    const deadLettered = new Map(s.deadLettered)
+    deadLettered.set(settle.seq, s.config.durable ? "Recording" : "Recorded")
+    s.deadLettered = deadLettered
+    if (s.config.durable) {
+      return void out.push({
+        _tag: "DeadLetter",
+        seq: settle.seq,
+        messageId: entry.message.messageId,
+        attempts: settle.outcome.attempts,
+        lastError: settle.outcome.error,
+        at: now
+      })
+    }
+  }
+  settledTo(s, settle.seq, out)
+}
+
+const onDeadLetterRecorded = (s: Draft, seq: number, out: Out): void => {
+  if (s.deadLettered.get(seq) !== "Recording") return
+  const deadLettered = new Map(s.deadLettered)
+  deadLettered.set(seq, "Recorded")
+  s.deadLettered = deadLettered
+  settledTo(s, seq, out)
+}
+
+const settledTo = (s: Draft, seq: number, out: Out): void => {
+  const binding = s.binding
+  if (binding === undefined) return
+  out.push({ _tag: "Send", to: binding.address, message: { _tag: "Settled", sessionId: s.config.sessionId, seq } })
+}
+
 /** Drops the confirmed prefix, reports whole messages, and persists the store watermark. */
 const confirm = (s: Draft, upTo: number, out: Out): void => {
   const count = upTo - s.confirmedSeq
   if (count <= 0) return
   const done = s.unconfirmed.slice(0, count)
+  const deadLettered = s.deadLettered.size === 0 ? undefined : new Map(s.deadLettered)
+  const reported = (entry: OutboundEntry, seq: number) => isMessageEnd(entry) && deadLettered?.delete(seq) !== true
   if (s.config.deliveryConfirmation) {
     const confirmed: Array<DeliveryConfirmed> = []
-    for (const entry of done) {
-      if (isMessageEnd(entry)) {
+    for (let index = 0; index < done.length; index++) {
+      const entry = done[index]
+      if (reported(entry, s.confirmedSeq + index + 1)) {
         confirmed.push(new DeliveryConfirmed({ endpoint: s.config.endpoint, messageId: entry.message.messageId, seq: entry.storeSeq }))
       }
     }
     if (confirmed.length > 0) out.push({ _tag: "Notify", confirmed })
   } else {
     let messages = 0
-    for (const entry of done) if (isMessageEnd(entry)) messages++
+    for (let index = 0; index < done.length; index++) if (reported(done[index], s.confirmedSeq + index + 1)) messages++
     if (messages > 0) out.push({ _tag: "Confirmed", count: messages })
   }
-  const lastStoreSeq = done[done.length - 1].storeSeq
-  if (s.config.durable && lastStoreSeq > s.persistedConfirmSeq) {
-    s.persistedConfirmSeq = lastStoreSeq
-    out.push({ _tag: "PersistConfirm", upToStoreSeq: lastStoreSeq })
-  }
+  if (deadLettered !== undefined) s.deadLettered = deadLettered
   s.confirmedSeq = upTo
   s.unconfirmed = s.unconfirmed.dropFront(count)
   if (upTo > s.sentUpTo) s.sentUpTo = upTo
+  if (s.config.durable) {
+    for (const entry of done) if (entry.storeSeq > s.confirmedStoreSeq) s.confirmedStoreSeq = entry.storeSeq
+    persistWatermark(s, out)
+  }
+}
+
+/**
+ * Persists the store-seq watermark the confirmations allow. The queue confirms every accepted
+ * entry at or below it, so it must stay below every emitted entry still unconfirmed: store and
+ * emission order differ when a message stored by an earlier controller is accepted late (a
+ * resubmission), and confirming up to a later message must not confirm it before its delivery.
+ */
+const persistWatermark = (s: Draft, out: Out): void => {
+  let watermark = s.confirmedStoreSeq
+  for (let index = 0; index < s.unconfirmed.length; index++) {
+    const storeSeq = s.unconfirmed.at(index)!.storeSeq
+    if (storeSeq <= watermark) watermark = storeSeq - 1
+  }
+  if (watermark <= s.persistedConfirmSeq) return
+  s.persistedConfirmSeq = watermark
+  out.push({ _tag: "PersistConfirm", upToStoreSeq: watermark })
 }
 
 const isMessageEnd = (entry: OutboundEntry): boolean => entry.message.chunk === undefined || entry.message.chunk.last
@@ -650,6 +748,7 @@ const onLoaded = (s: Draft, loaded: DurableQueueState, now: number, out: Out): v
   s.demandUpTo = loaded.confirmedSeq
   s.lastStoreSeq = loaded.currentSeq
   s.persistedConfirmSeq = loaded.confirmedSeq
+  s.confirmedStoreSeq = loaded.confirmedSeq
   let unconfirmed = SeqLog.empty<OutboundEntry>()
   let seq = loaded.confirmedSeq
   for (const entry of loaded.unconfirmed) {

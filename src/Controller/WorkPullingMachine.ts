@@ -23,9 +23,9 @@ import { sameAddress } from "../Protocol/Address.js"
 import type { ControllerAddress } from "../Protocol/Address.js"
 import { DeliveryConfirmed } from "../Protocol/Contract.js"
 import type { RequestNext } from "../Protocol/Contract.js"
-import type { ProtocolViolation } from "../Protocol/Errors.js"
+import { ProtocolViolation } from "../Protocol/Errors.js"
 import type { ReliableDeliveryStage } from "../Protocol/Failure.js"
-import type { Ack, ConsumerToProducer, ProducerToConsumer, Request, SequencedMessage } from "../Protocol/WireMessage.js"
+import type { Ack, ConsumerToProducer, ProducerToConsumer, Request, SequencedMessage, Settle } from "../Protocol/WireMessage.js"
 import type { WorkQueueState, WorkStoreResult } from "../DurableQueue/DurableWorkQueue.js"
 import { confirmationViolation, demandViolation } from "./internal/DemandRules.js"
 import * as Handshake from "./internal/ProducerHandshake.js"
@@ -49,6 +49,14 @@ export interface Job {
   readonly storeSeq: number
   readonly messageId: string
   readonly payload: Uint8Array
+  /** Which attempt its next dispatch is (absent: the first). */
+  readonly attempt?: number | undefined
+}
+
+/** A failed job waiting for its retry time before it goes back to the pool. */
+export interface DelayedJob {
+  readonly job: Job
+  readonly dueAt: number
 }
 
 /** A job sent to a worker under one of its binding's seqs. */
@@ -70,6 +78,12 @@ export interface WorkerBinding {
   readonly unconfirmed: SeqLog<Dispatched>
   /** Jobs sent to this binding so far. */
   readonly dispatched: number
+  /**
+   * Jobs the worker settled without confirming them (failed, handed back, dead-lettered), by seq:
+   * `Recording` while a dead letter is being written, then `Done` until the worker confirms past
+   * them. They are not reported as confirmed, nor requeued when the binding ends.
+   */
+  readonly settled: ReadonlyMap<number, "Recording" | "Done">
 }
 
 export interface WorkState {
@@ -92,6 +106,8 @@ export interface WorkState {
   readonly nextAuditAt: number | undefined
   /** The latest registration of each worker endpoint that arrived while loading; verified once loaded. */
   readonly registrationsWhileLoading: ReadonlyArray<PendingRegistration>
+  /** Failed jobs waiting for their retry time, by due time. */
+  readonly delayed: ReadonlyArray<DelayedJob>
 }
 
 export interface PendingRegistration {
@@ -119,6 +135,14 @@ export type WorkEvent =
     readonly now: number
   }
   | { readonly _tag: "AcceptCompleted"; readonly token: string; readonly now: number }
+  /** The durable queue recorded the dead letter of the job `seq` of `worker`'s binding `sessionId`. */
+  | {
+    readonly _tag: "DeadLetterRecorded"
+    readonly worker: ControllerAddress
+    readonly sessionId: string
+    readonly seq: number
+    readonly now: number
+  }
   | { readonly _tag: "Fail"; readonly stage: ReliableDeliveryStage; readonly cause: unknown }
 
 /** Why a binding ended. */
@@ -137,6 +161,19 @@ export type WorkAction =
   /** `accept`: accept them in the same durable step (the producer acknowledged with the produce). */
   | { readonly _tag: "Store"; readonly token: string; readonly items: ReadonlyArray<ProduceItem>; readonly accept: boolean }
   | { readonly _tag: "ConfirmJobs"; readonly messageIds: ReadonlyArray<string> }
+  /** A job failed: its attempt count and retry time (durable only). */
+  | { readonly _tag: "RecordFailure"; readonly messageId: string; readonly attempts: number; readonly lastError: string; readonly notBefore: number }
+  /** A job is dead-lettered (durable only); `DeadLetterRecorded` follows. */
+  | {
+    readonly _tag: "DeadLetter"
+    readonly worker: ControllerAddress
+    readonly sessionId: string
+    readonly seq: number
+    readonly messageId: string
+    readonly attempts: number
+    readonly lastError: string
+    readonly at: number
+  }
   | {
     readonly _tag: "BindingEnded"
     readonly worker: ControllerAddress
@@ -169,6 +206,7 @@ class BindingDraft implements Mutable<WorkerBinding> {
   confirmedSeq: number
   unconfirmed: SeqLog<Dispatched>
   dispatched: number
+  settled: ReadonlyMap<number, "Recording" | "Done">
   constructor(from: WorkerBinding) {
     this.address = from.address
     this.sessionId = from.sessionId
@@ -177,6 +215,7 @@ class BindingDraft implements Mutable<WorkerBinding> {
     this.confirmedSeq = from.confirmedSeq
     this.unconfirmed = from.unconfirmed
     this.dispatched = from.dispatched
+    this.settled = from.settled
   }
 }
 
@@ -194,6 +233,7 @@ class StateDraft implements Mutable<WorkState> {
   bindingCount: number
   nextAuditAt: number | undefined
   registrationsWhileLoading: ReadonlyArray<PendingRegistration>
+  delayed: ReadonlyArray<DelayedJob>
   /** Bindings this step copied (so it may change them in place); cleared before the step returns. */
   owned: Array<BindingDraft> | undefined
   constructor(from: WorkState) {
@@ -209,6 +249,7 @@ class StateDraft implements Mutable<WorkState> {
     this.bindingCount = from.bindingCount
     this.nextAuditAt = from.nextAuditAt
     this.registrationsWhileLoading = from.registrationsWhileLoading
+    this.delayed = from.delayed
     this.owned = undefined
   }
 }
@@ -231,7 +272,8 @@ export const initial = (config: WorkConfig): Step => {
     cursor: 0,
     bindingCount: 0,
     nextAuditAt: undefined,
-    registrationsWhileLoading: []
+    registrationsWhileLoading: [],
+    delayed: []
   })
   return { state, actions: config.durable ? [{ _tag: "Load" }] : [] }
 }
@@ -278,6 +320,9 @@ export const step = (state: WorkState, event: WorkEvent): Step => {
       break
     case "AcceptCompleted":
       completeHandshake(s, Handshake.acceptCompleted(s, event.token), event.now, out)
+      break
+    case "DeadLetterRecorded":
+      onDeadLetterRecorded(s, event, out)
       break
     case "Fail":
       fail(s, event.stage, event.cause, out)
@@ -348,7 +393,8 @@ const bind = (s: Draft, address: ControllerAddress, nonce: string, now: number, 
     demandUpTo: 0,
     confirmedSeq: 0,
     unconfirmed: SeqLog.empty(),
-    dispatched: 0
+    dispatched: 0,
+    settled: new Map()
   }
   s.bindings = [...s.bindings, binding]
   if (s.nextAuditAt === undefined) s.nextAuditAt = now + s.config.auditIntervalMs
@@ -368,10 +414,14 @@ const rebind = (s: Draft, index: number, nonce: string, out: Out): void => {
  */
 const endBinding = (s: Draft, index: number, reason: EndReason, cause: ProtocolViolation | undefined, out: Out): void => {
   const binding = s.bindings[index]
-  const requeued = binding.unconfirmed.length
+  const jobs: Array<Job> = []
+  for (let i = 0; i < binding.unconfirmed.length; i++) {
+    const dispatched = binding.unconfirmed.at(i)!
+    // A job the worker settled is taken care of already (retried, handed back, dead-lettered).
+    if (!binding.settled.has(dispatched.message.seq)) jobs.push(dispatched.job)
+  }
+  const requeued = jobs.length
   if (requeued > 0) {
-    const jobs: Array<Job> = []
-    for (let i = 0; i < requeued; i++) jobs.push(binding.unconfirmed.at(i)!.job)
     for (let i = 0; i < s.pool.length; i++) jobs.push(s.pool.at(i)!)
     s.pool = SeqLog.from(jobs)
   }
@@ -396,6 +446,8 @@ const onWire = (s: Draft, from: ControllerAddress, message: ConsumerToProducer, 
       return onRequest(s, from, message, now, out)
     case "Ack":
       return onAck(s, from, message, now, out)
+    case "Settle":
+      return onSettle(s, from, message, now, out)
   }
 }
 
@@ -493,19 +545,32 @@ const onAck = (s: Draft, from: ControllerAddress, ack: Ack, now: number, out: Ou
 const confirm = (s: Draft, binding: BindingDraft, upTo: number, out: Out): void => {
   const count = upTo - binding.confirmedSeq
   if (count <= 0) return
+  // Jobs the worker settled without doing them are not confirmations.
+  let jobs: Array<Job> | undefined
+  if (binding.settled.size > 0) {
+    const settled = new Map(binding.settled)
+    jobs = []
+    for (let i = 0; i < count; i++) {
+      const dispatched = binding.unconfirmed.at(i)!
+      if (!settled.delete(dispatched.message.seq)) jobs.push(dispatched.job)
+    }
+    binding.settled = settled
+  }
+  const done = jobs?.length ?? count
+  const jobAt = (i: number): Job => jobs === undefined ? binding.unconfirmed.at(i)!.job : jobs[i]
   if (s.config.deliveryConfirmation) {
     const confirmed: Array<DeliveryConfirmed> = []
-    for (let i = 0; i < count; i++) {
-      const job = binding.unconfirmed.at(i)!.job
+    for (let i = 0; i < done; i++) {
+      const job = jobAt(i)
       confirmed.push(new DeliveryConfirmed({ endpoint: s.config.endpoint, messageId: job.messageId, seq: job.storeSeq }))
     }
-    out.push({ _tag: "Notify", confirmed })
-  } else {
-    out.push({ _tag: "Confirmed", count })
+    if (done > 0) out.push({ _tag: "Notify", confirmed })
+  } else if (done > 0) {
+    out.push({ _tag: "Confirmed", count: done })
   }
-  if (s.config.durable) {
+  if (s.config.durable && done > 0) {
     const messageIds: Array<string> = []
-    for (let i = 0; i < count; i++) messageIds.push(binding.unconfirmed.at(i)!.job.messageId)
+    for (let i = 0; i < done; i++) messageIds.push(jobAt(i).messageId)
     out.push({ _tag: "ConfirmJobs", messageIds })
   }
   binding.confirmedSeq = upTo
@@ -547,13 +612,10 @@ const dispatchPool = (s: Draft, out: Out): void => {
 }
 
 const send = (binding: BindingDraft, job: Job, out: Out): void => {
-  const message: SequencedMessage = {
-    _tag: "SequencedMessage",
-    sessionId: binding.sessionId,
-    messageId: job.messageId,
-    seq: lastSeqOf(binding) + 1,
-    payload: job.payload
-  }
+  const seq = lastSeqOf(binding) + 1
+  const message: SequencedMessage = job.attempt === undefined || job.attempt <= 1
+    ? { _tag: "SequencedMessage", sessionId: binding.sessionId, messageId: job.messageId, seq, payload: job.payload }
+    : { _tag: "SequencedMessage", sessionId: binding.sessionId, messageId: job.messageId, seq, payload: job.payload, attempt: job.attempt }
   binding.unconfirmed = binding.unconfirmed.append({ job, message })
   binding.dispatched++
   out.push({ _tag: "Send", to: binding.address, message })
@@ -628,9 +690,10 @@ const onStoreCompleted = (
   completeHandshake(s, settled, now, out)
 }
 
-/** True when the pool or a worker holds a job with this id. */
+/** True when the pool, a retry waiting for its time, or a worker holds a job with this id. */
 const isHeld = (s: Draft, messageId: string): boolean => {
   for (let i = 0; i < s.pool.length; i++) if (s.pool.at(i)!.messageId === messageId) return true
+  for (const delayed of s.delayed) if (delayed.job.messageId === messageId) return true
   for (const binding of s.bindings) {
     for (let i = 0; i < binding.unconfirmed.length; i++) if (binding.unconfirmed.at(i)!.job.messageId === messageId) return true
   }
@@ -655,15 +718,17 @@ const completeHandshake = (s: Draft, settled: Handshake.Settled<Job> | undefined
 
 /** When the timer must next run: the handshake's retry deadline or the next audit. */
 export const nextDeadline = (state: WorkState): number | undefined => {
-  const retry = Handshake.nextDeadline(state.handshake, state.config.retryIntervalMs)
-  const audit = state.nextAuditAt
-  if (retry === undefined) return audit
-  return audit === undefined ? retry : Math.min(retry, audit)
+  let next: number | undefined = Handshake.nextDeadline(state.handshake, state.config.retryIntervalMs)
+  for (const due of [state.nextAuditAt, state.delayed[0]?.dueAt]) {
+    if (due !== undefined && (next === undefined || due < next)) next = due
+  }
+  return next
 }
 
 /** The timer: re-offer an unanswered grant; ask the resolver whether bound workers still live. */
 const onTick = (s: Draft, now: number, out: Out): void => {
   Handshake.retry(s, now, out)
+  releaseDue(s, now, out)
   if (s.nextAuditAt !== undefined && now >= s.nextAuditAt && s.bindings.length > 0) {
     out.push({ _tag: "Audit", workers: s.bindings.map((binding) => binding.address) })
     s.nextAuditAt = now + s.config.auditIntervalMs
@@ -681,5 +746,104 @@ const onLoaded = (s: Draft, loaded: WorkQueueState, now: number, out: Out): void
   s.pool = SeqLog.from(loaded.pending.map((entry): Job => ({ storeSeq: entry.seq, messageId: entry.messageId, payload: entry.payload })))
   for (const pending of s.registrationsWhileLoading) onRegister(s, pending.address, pending.nonce, out)
   s.registrationsWhileLoading = []
+  offerGrantIfDue(s, now, out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Settles: failed, handed-back and dead-lettered jobs
+
+/**
+ * A worker settles a job without confirming it as done. Failed: the job waits for its retry time,
+ * then goes back to the pool for any worker, as its next attempt (recorded when durable, so a
+ * restart keeps the count). Handed back (its worker is stuck): the job goes back to the head of
+ * the pool at once. Dead-lettered: a durable producer records it before answering `Settled`.
+ * The worker confirms past a settled job only once answered, and repeats its settle until then.
+ */
+const onSettle = (s: Draft, from: ControllerAddress, settle: Settle, now: number, out: Out): void => {
+  const index = boundIndex(s, from, settle.sessionId, out)
+  if (index < 0) return
+  const binding = s.bindings[index]
+  if (settle.seq <= binding.confirmedSeq) return settledTo(binding, settle.seq, out)
+  const dispatched = binding.unconfirmed.at(settle.seq - binding.confirmedSeq - 1)
+  if (dispatched === undefined) return violated(s, index, protocolViolation(`worker ${from.endpoint} settled seq ${settle.seq} it was never sent`), now, out)
+  const known = binding.settled.get(settle.seq)
+  if (known === "Recording") return
+  if (known === "Done") return settledTo(binding, settle.seq, out)
+  const owned = own(s, index)
+  const outcome = settle.outcome
+  const durableDeadLetter = outcome._tag === "DeadLettered" && s.config.durable
+  owned.settled = new Map(owned.settled).set(settle.seq, durableDeadLetter ? "Recording" : "Done")
+  const job = dispatched.job
+  switch (outcome._tag) {
+    case "Failed": {
+      const dueAt = now + outcome.retryAfterMs
+      retryLater(s, { ...job, attempt: outcome.attempt + 1 }, dueAt)
+      if (s.config.durable) {
+        out.push({ _tag: "RecordFailure", messageId: job.messageId, attempts: outcome.attempt, lastError: outcome.error, notBefore: dueAt })
+      }
+      break
+    }
+    case "Released":
+      s.pool = SeqLog.from([job, ...poolJobs(s)])
+      break
+    case "DeadLettered":
+      if (durableDeadLetter) {
+        return void out.push({
+          _tag: "DeadLetter",
+          worker: owned.address,
+          sessionId: owned.sessionId,
+          seq: settle.seq,
+          messageId: job.messageId,
+          attempts: outcome.attempts,
+          lastError: outcome.error,
+          at: now
+        })
+      }
+      break
+  }
+  settledTo(owned, settle.seq, out)
+  dispatchPool(s, out)
+  offerGrantIfDue(s, now, out)
+}
+
+const onDeadLetterRecorded = (s: Draft, event: Extract<WorkEvent, { readonly _tag: "DeadLetterRecorded" }>, out: Out): void => {
+  const index = indexOf(s, event.worker)
+  if (index < 0 || !sameAddress(s.bindings[index].address, event.worker) || s.bindings[index].sessionId !== event.sessionId) return
+  if (s.bindings[index].settled.get(event.seq) !== "Recording") return
+  const binding = own(s, index)
+  binding.settled = new Map(binding.settled).set(event.seq, "Done")
+  settledTo(binding, event.seq, out)
+}
+
+const protocolViolation = (message: string) => new ProtocolViolation({ message })
+
+const settledTo = (binding: WorkerBinding, seq: number, out: Out): void =>
+  void out.push({ _tag: "Send", to: binding.address, message: { _tag: "Settled", sessionId: binding.sessionId, seq } })
+
+const poolJobs = (s: Draft): Array<Job> => {
+  const jobs: Array<Job> = []
+  for (let i = 0; i < s.pool.length; i++) jobs.push(s.pool.at(i)!)
+  return jobs
+}
+
+/** A job waits until `dueAt` before it goes back to the pool (the list stays ordered by due time). */
+const retryLater = (s: Draft, job: Job, dueAt: number): void => {
+  const delayed = s.delayed.slice()
+  let index = delayed.length
+  while (index > 0 && delayed[index - 1].dueAt > dueAt) index--
+  delayed.splice(index, 0, { job, dueAt })
+  s.delayed = delayed
+}
+
+/** Retries whose time has come join the pool's tail. */
+const releaseDue = (s: Draft, now: number, out: Out): void => {
+  let due = 0
+  while (due < s.delayed.length && s.delayed[due].dueAt <= now) due++
+  if (due === 0) return
+  let pool = s.pool
+  for (let i = 0; i < due; i++) pool = pool.append(s.delayed[i].job)
+  s.pool = pool
+  s.delayed = s.delayed.slice(due)
+  dispatchPool(s, out)
   offerGrantIfDue(s, now, out)
 }

@@ -44,14 +44,46 @@ export const SequencedMessage = Schema.TaggedStruct("SequencedMessage", {
   messageId: Id,
   seq: Schema.Int.pipe(Schema.positive()),
   payload: Schema.Uint8ArrayFromSelf,
-  chunk: Schema.optional(ChunkMark)
+  chunk: Schema.optional(ChunkMark),
+  /** Work-pulling: which attempt at the job this is; absent for the first. */
+  attempt: Schema.optional(Schema.Int.pipe(Schema.greaterThan(1)))
 })
 export type SequencedMessage = typeof SequencedMessage.Type
 
-export const ConsumerToProducer = Schema.Union(RegisterConsumer, Request, Ack)
+/** An error's text as it travels: bounded, so a settle stays a small control message. */
+export const MaxErrorText = 2048
+const ErrorText = Schema.String.pipe(Schema.maxLength(MaxErrorText))
+const Attempts = Schema.Int.pipe(Schema.nonNegative())
+
+/**
+ * How a consumer settles a delivery it does not confirm as processed. Work-pulling: the handler
+ * failed (the producer puts the job back in its pool after `retryAfterMs`), or the worker hands
+ * back a job it has not started (it is stuck behind a slow handler). Both patterns: the message
+ * is dead-lettered (its attempts are exhausted, or its payload cannot be decoded).
+ */
+export const SettleOutcome = Schema.Union(
+  Schema.TaggedStruct("Failed", { attempt: Schema.Int.pipe(Schema.positive()), error: ErrorText, retryAfterMs: Attempts }),
+  Schema.TaggedStruct("DeadLettered", { attempts: Attempts, error: ErrorText }),
+  Schema.TaggedStruct("Released", {})
+)
+export type SettleOutcome = typeof SettleOutcome.Type
+
+/**
+ * Consumer -> producer: the message ending at `seq` is settled this way. The consumer confirms
+ * past it only once the producer answered `Settled`, so the outcome is never lost; it repeats
+ * the settle on its tick until then, and the producer answers a repeat again.
+ */
+export const Settle = Schema.TaggedStruct("Settle", { sessionId: Id, nonce: Id, seq: Schema.Int.pipe(Schema.positive()), outcome: SettleOutcome })
+export type Settle = typeof Settle.Type
+
+/** Producer -> consumer: the settle of `seq` is taken care of (recorded, when durable). */
+export const Settled = Schema.TaggedStruct("Settled", { sessionId: Id, seq: Schema.Int.pipe(Schema.positive()) })
+export type Settled = typeof Settled.Type
+
+export const ConsumerToProducer = Schema.Union(RegisterConsumer, Request, Ack, Settle)
 export type ConsumerToProducer = typeof ConsumerToProducer.Type
 
-export const ProducerToConsumer = Schema.Union(RegistrationAck, SequencedMessage)
+export const ProducerToConsumer = Schema.Union(RegistrationAck, SequencedMessage, Settled)
 export type ProducerToConsumer = typeof ProducerToConsumer.Type
 
 /** What kind of endpoint a record describes. */
@@ -83,7 +115,7 @@ export type LookupReply = typeof LookupReply.Type
 export const SystemMessage = Schema.Union(Lookup, LookupReply)
 export type SystemMessage = typeof SystemMessage.Type
 
-export const WireMessage = Schema.Union(RegisterConsumer, RegistrationAck, Request, Ack, SequencedMessage, Lookup, LookupReply)
+export const WireMessage = Schema.Union(RegisterConsumer, RegistrationAck, Request, Ack, SequencedMessage, Settle, Settled, Lookup, LookupReply)
 export type WireMessage = typeof WireMessage.Type
 
 /** A wire message in flight between two controllers. */

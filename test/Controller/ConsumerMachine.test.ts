@@ -10,7 +10,13 @@ const bytes = (text: string) => new TextEncoder().encode(text)
 const text = (data: Uint8Array | ReadonlyArray<Uint8Array>) =>
   data instanceof Uint8Array ? new TextDecoder().decode(data) : data.map((chunk) => new TextDecoder().decode(chunk)).join("")
 
-const config = (window = 4, resendIntervalMs = 1000) => ({ endpoint: "c", incarnation: "c1", window, resendIntervalMs })
+const config = (window = 4, resendIntervalMs = 1000, more: { concurrency?: number; releaseStuckAfterMs?: number } = {}) => ({
+  endpoint: "c",
+  incarnation: "c1",
+  window,
+  resendIntervalMs,
+  ...more
+})
 
 const run = (state: ConsumerState, ...events: ReadonlyArray<ConsumerEvent>) => {
   const actions: Array<ConsumerAction> = []
@@ -42,8 +48,18 @@ const message = (seq: number, options: { id?: string; chunk?: ChunkMark; session
     : { _tag: "SequencedMessage", sessionId: options.sessionId ?? "s1", messageId: options.id ?? `m${seq}`, seq, payload: bytes(`m${seq}`), chunk: options.chunk },
   now: options.now ?? 0
 })
-const confirm = (state: ConsumerState, now = 0): ConsumerEvent => ({ _tag: "Confirm", id: state.inFlight!.id, now })
+const confirm = (state: ConsumerState, now = 0): ConsumerEvent => ({ _tag: "Confirm", id: Machine.inFlight(state)!.id, now })
 const tick = (now: number): ConsumerEvent => ({ _tag: "Tick", now })
+
+/** A worker registered in session s1 from seq 1: `concurrency` handlers, stuck after `releaseAfter`. */
+const worker = (window: number, concurrency: number, releaseAfter?: number) =>
+  run(
+    Machine.initial(config(window, 1000, { concurrency, ...(releaseAfter === undefined ? {} : { releaseStuckAfterMs: releaseAfter }) })).state,
+    resolved(),
+    regAck("c1.1")
+  ).state
+const settled = (seq: number): ConsumerEvent => ({ _tag: "Wire", from: producer, message: { _tag: "Settled", sessionId: "s1", seq }, now: 0 })
+const ids = (state: ConsumerState) => state.handedOut.map((handed) => [handed.seq, handed.status])
 
 /** A consumer registered in session s1 from seq 1, with the given window. */
 const registered = (window = 4, resendIntervalMs = 1000) =>
@@ -88,7 +104,7 @@ describe("ConsumerMachine", () => {
       const { state: again } = run(state, resolved(), regAck("c1.2", 1))
       expect(again.confirmedSeq).toBe(1)
       expect(again.received.length).toBe(1)
-      expect(again.inFlight?.seq).toBe(2)
+      expect(Machine.inFlight(again)?.seq).toBe(2)
     })
 
     it("a new session (new producer controller) starts over from its nextSeq", () => {
@@ -98,7 +114,7 @@ describe("ConsumerMachine", () => {
       expect(next.session?.sessionId).toBe("s2")
       expect(next.confirmedSeq).toBe(0)
       expect(next.received.length).toBe(0)
-      expect(next.inFlight).toBeUndefined()
+      expect(Machine.inFlight(next)).toBeUndefined()
     })
   })
 
@@ -226,7 +242,7 @@ describe("ConsumerMachine", () => {
 
     it("a delivery given back is handed out again at once, as a redelivery; not while draining", () => {
       const state = run(registered(4, 1000), message(1, { now: 100 })).state
-      const id = state.inFlight!.id
+      const id = Machine.inFlight(state)!.id
       const again = run(state, { _tag: "Release", id, now: 200 })
       expect(again.actions.filter((action) => action._tag === "Deliver")).toMatchObject([
         { _tag: "Deliver", redelivery: true, delivery: { seq: 1, id } }
@@ -357,7 +373,7 @@ describe("ConsumerMachine", () => {
     it("a chunked message is handed out as its received chunks, in order, again on a redelivery", () => {
       const handed = run(registered(4, 1000), message(1, { id: "big", chunk: first }), message(2, { id: "big", chunk: last }))
       const original = handed.actions.find((action) => action._tag === "Deliver") as Extract<ConsumerAction, { _tag: "Deliver" }>
-      const again = run(handed.state, { _tag: "Release", id: handed.state.inFlight!.id, now: 1000 })
+      const again = run(handed.state, { _tag: "Release", id: Machine.inFlight(handed.state)!.id, now: 1000 })
       const deliveries = again.actions.filter((action) => action._tag === "Deliver")
       expect(deliveries).toHaveLength(1)
       const redelivered = deliveries[0] as Extract<ConsumerAction, { _tag: "Deliver" }>
@@ -398,6 +414,67 @@ describe("ConsumerMachine", () => {
       expect(failure.cause.message).toContain("raise the consumer window or the producer's chunk size")
       expect(failure.cause.message).toContain("window of 2")
       expect(failure).toMatchObject({ stage: "Protocol" })
+    })
+  })
+
+  describe("concurrency and settles (workers)", () => {
+    it("hands out up to `concurrency` messages at once; a later one done waits for the earlier to be confirmed", () => {
+      const { actions, state } = run(worker(10, 2), message(1), message(2), message(3))
+      expect(delivered(actions)).toEqual([[1, "m1"], [2, "m2"]])
+      const second = state.handedOut[1].id
+      const early = run(state, { _tag: "Confirm", id: second, now: 0 })
+      expect(early.state.confirmedSeq).toBe(0)
+      expect(delivered(early.actions)).toEqual([[3, "m3"]])
+      const first = run(early.state, { _tag: "Confirm", id: state.handedOut[0].id, now: 0 })
+      expect(first.state.confirmedSeq).toBe(2)
+      expect(ids(first.state)).toEqual([[3, "Out"]])
+    })
+
+    it("a settle frees its handler at once, goes to the producer, repeats on the tick, and is confirmed past once Settled", () => {
+      const state = run(worker(10, 1), message(1), message(2)).state
+      const outcome = { _tag: "Failed", attempt: 1, error: "boom", retryAfterMs: 100 } as const
+      const settling = run(state, { _tag: "Settle", id: state.handedOut[0].id, outcome, now: 0 })
+      expect(sentMessages(settling.actions)).toEqual([{ _tag: "Settle", sessionId: "s1", nonce: "c1.1", seq: 1, outcome }])
+      expect(delivered(settling.actions)).toEqual([[2, "m2"]])
+      expect(settling.state.confirmedSeq).toBe(0)
+      expect(sentMessages(run(settling.state, tick(1000)).actions).filter((message) => message._tag === "Settle")).toHaveLength(1)
+      const done = run(settling.state, settled(1))
+      expect(done.state.confirmedSeq).toBe(1)
+      expect(ids(done.state)).toEqual([[2, "Out"]])
+      // A Settled of another session, or for a seq not settling, changes nothing.
+      expect(run(settling.state, { ...settled(1), message: { _tag: "Settled", sessionId: "old", seq: 1 } } as ConsumerEvent).state.confirmedSeq).toBe(0)
+      expect(run(settling.state, settled(2)).state.confirmedSeq).toBe(0)
+    })
+
+    it("a worker whose every handler has been busy for the release interval hands back what it has not started", () => {
+      const state = run(worker(10, 1, 1000), message(1, { now: 0 }), message(2), message(3)).state
+      expect(sentMessages(run(state, tick(999)).actions).filter((message) => message._tag === "Settle")).toEqual([])
+      const stuck = run(state, tick(1000))
+      expect(sentMessages(stuck.actions).filter((message) => message._tag === "Settle")).toEqual([
+        { _tag: "Settle", sessionId: "s1", nonce: "c1.1", seq: 2, outcome: { _tag: "Released" } },
+        { _tag: "Settle", sessionId: "s1", nonce: "c1.1", seq: 3, outcome: { _tag: "Released" } }
+      ])
+      expect(delivered(stuck.actions)).toEqual([])
+      // The slow job finishes; the released ones are confirmed past once the producer took them back.
+      const finished = run(stuck.state, { _tag: "Confirm", id: state.handedOut[0].id, now: 1500 }, settled(2), settled(3))
+      expect(finished.state.confirmedSeq).toBe(3)
+      expect(finished.state.handedOut).toEqual([])
+    })
+
+    it("a point-to-point consumer never hands back what it has not started", () => {
+      const state = run(registered(10), message(1), message(2)).state
+      expect(sentMessages(run(state, tick(60_000)).actions).filter((message) => message._tag === "Settle")).toEqual([])
+    })
+
+    it("the attempt of a redelivered job comes with its hand-out", () => {
+      const retried: ConsumerEvent = {
+        _tag: "Wire",
+        from: producer,
+        message: { _tag: "SequencedMessage", sessionId: "s1", messageId: "job", seq: 1, payload: bytes("x"), attempt: 3 },
+        now: 0
+      }
+      expect(run(worker(10, 1), retried).state.handedOut[0].attempt).toBe(3)
+      expect(run(worker(10, 1), message(1)).state.handedOut[0].attempt).toBe(1)
     })
   })
 })

@@ -757,4 +757,91 @@ describe("volatile ProduceAcked", () => {
     expect(tags(repeated.actions)).toEqual(["Answer", ...tags(acked.actions)])
     expect(view({ state: repeated.state, actions: [] })).toEqual(view({ state: acked.state, actions: [] }))
   })
+
+  describe("settles: dead letters", () => {
+    const deadLetter = (seq: number, sessionId = "s1"): ProducerEvent => ({
+      _tag: "Wire",
+      from: consumer,
+      message: { _tag: "Settle", sessionId, nonce: "n1", seq, outcome: { _tag: "DeadLettered", attempts: 3, error: "poison" } },
+      now: 7
+    })
+    const settledReplies = (actions: ReadonlyArray<ProducerAction>) => sent(actions).filter((message) => message._tag === "Settled")
+    const boundTo = (upTo: number, overrides: Partial<ProducerConfig> = {}) =>
+      run(Machine.initial(config(overrides), 0).state, verified(), request(0, upTo)).state
+
+    it("volatile: answers Settled at once, and the message is not reported as confirmed", () => {
+      let state = produceOne(boundTo(5, { deliveryConfirmation: true }), "m1").state
+      state = produceOne(state, "m2").state
+      const settled = run(state, deadLetter(1))
+      expect(settledReplies(settled.actions)).toEqual([{ _tag: "Settled", sessionId: "s1", seq: 1 }])
+      const confirmed = run(settled.state, ackEvent(2))
+      expect(confirmed.actions.flatMap((action) => action._tag === "Notify" ? action.confirmed.map((c) => c.messageId) : [])).toEqual(["m2"])
+      // Asked again (the answer was lost): answered again.
+      expect(settledReplies(run(settled.state, deadLetter(1)).actions)).toHaveLength(1)
+    })
+
+    it("durable: records the dead letter first, answers Settled once recorded, once", () => {
+      const loaded = run(
+        Machine.initial(config({ durable: true }), 0).state,
+        { _tag: "Loaded", state: { currentSeq: 0, confirmedSeq: 0, unconfirmed: [] }, now: 0 },
+        verified(),
+        request(0, 5)
+      ).state
+      const grant = grantOf(loaded)
+      const storing = run(loaded, { _tag: "ProduceAcked", grant, items: [{ messageId: "m1", payload: bytes("x") }], now: 0 })
+      const stored = run(storing.state, {
+        _tag: "StoreCompleted",
+        token: grant.token,
+        results: [{ messageId: "m1", entries: [{ seq: 1, messageId: "m1", payload: bytes("x") }], alreadyStored: false, accepted: false }],
+        now: 0
+      }).state
+      const recording = run(stored, deadLetter(1))
+      expect(recording.actions.filter((action) => action._tag === "DeadLetter")).toEqual([
+        { _tag: "DeadLetter", seq: 1, messageId: "m1", attempts: 3, lastError: "poison", at: 7 }
+      ])
+      expect(settledReplies(recording.actions)).toEqual([])
+      expect(run(recording.state, deadLetter(1)).actions).toEqual([])
+      const recorded = run(recording.state, { _tag: "DeadLetterRecorded", seq: 1, now: 8 })
+      expect(settledReplies(recorded.actions)).toEqual([{ _tag: "Settled", sessionId: "s1", seq: 1 }])
+    })
+
+    it("drops a settle of another session, of an unsent seq, or any outcome but a dead letter", () => {
+      const state = produceOne(boundTo(5), "m1").state
+      expect(tags(run(state, deadLetter(1, "old")).actions)).toEqual(["Dropped"])
+      expect(tags(run(state, deadLetter(4)).actions)).toEqual(["Dropped"])
+      const failed: ProducerEvent = {
+        _tag: "Wire",
+        from: consumer,
+        message: { _tag: "Settle", sessionId: "s1", nonce: "n1", seq: 1, outcome: { _tag: "Released" } },
+        now: 0
+      }
+      expect(tags(run(state, failed).actions)).toEqual(["Dropped"])
+    })
+  })
+
+  describe("the persisted watermark never passes an emitted, unconfirmed message", () => {
+    it("a message accepted late (a resubmission with an earlier store seq) keeps the watermark below it until confirmed", () => {
+      // Reloaded: store seq 5 emitted first (wire 1), then a resubmission of store seq 3 is accepted (wire 2).
+      let state = run(
+        Machine.initial(config({ durable: true }), 0).state,
+        { _tag: "Loaded", state: { currentSeq: 5, confirmedSeq: 2, unconfirmed: [{ seq: 5, messageId: "later", payload: bytes("l") }] }, now: 0 },
+        verified(),
+        request(2, 10)
+      ).state
+      const grant = grantOf(state)
+      state = run(state, { _tag: "ProduceAcked", grant, items: [{ messageId: "early", payload: bytes("e") }], now: 0 }).state
+      state = run(state, {
+        _tag: "StoreCompleted",
+        token: grant.token,
+        results: [{ messageId: "early", entries: [{ seq: 3, messageId: "early", payload: bytes("e") }], alreadyStored: true, accepted: false }],
+        now: 0
+      }).state
+      // The consumer confirms "later" (wire 3) only: the watermark may not reach store seq 5.
+      const first = run(state, ackEvent(3))
+      expect(first.actions.filter((action) => action._tag === "PersistConfirm")).toEqual([])
+      const second = run(first.state, ackEvent(4))
+      expect(second.actions.filter((action) => action._tag === "PersistConfirm")).toEqual([{ _tag: "PersistConfirm", upToStoreSeq: 5 }])
+    })
+  })
 })
+

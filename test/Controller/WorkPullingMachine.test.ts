@@ -1,6 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Either } from "effect"
 import * as Machine from "../../src/Controller/WorkPullingMachine.js"
+import type { Settle } from "../../src/Protocol/WireMessage.js"
 import type { WorkAction, WorkConfig, WorkEvent, WorkState } from "../../src/Controller/WorkPullingMachine.js"
 import type { ControllerAddress } from "../../src/Protocol/Address.js"
 import { MaxWindow } from "../../src/Protocol/Config.js"
@@ -607,4 +608,86 @@ describe("WorkPullingMachine", () => {
     expect(snapshot(state)).toEqual(before)
     expect(snapshot(produce(state, "a", "b", "c").state)).toEqual(middle)
   })
+
+  describe("settles: failed, handed-back and dead-lettered jobs", () => {
+    const settle = (from: ControllerAddress, seq: number, outcome: Settle["outcome"], now = 0): WorkEvent => ({
+      _tag: "Wire",
+      from,
+      message: { _tag: "Settle", sessionId: sessionOf(from), nonce: `${from.endpoint}-n1`, seq, outcome },
+      now
+    })
+    const settledTo = (actions: ReadonlyArray<WorkAction>) =>
+      actions.flatMap((action) => action._tag === "Send" && action.message._tag === "Settled" ? [`${action.to.endpoint}:${action.message.seq}`] : [])
+    /** w1 and w2 bound with demand 1 each; job a went to w1, b to w2, c waits in the pool. */
+    const dispatched = (overrides: Partial<WorkConfig> = {}) => produce(withWorkers(1, [w1, w2], overrides), "a", "b", "c").state
+
+    it("a failed job waits for its retry time, then goes to any worker as its next attempt; its worker moves on", () => {
+      const failed = run(dispatched(), settle(w1, 1, { _tag: "Failed", attempt: 1, error: "boom", retryAfterMs: 100 }, 0))
+      expect(settledTo(failed.actions)).toEqual(["w1:1"])
+      expect(failed.state.delayed.map((delayed) => [delayed.job.messageId, delayed.job.attempt, delayed.dueAt])).toEqual([["a", 2, 100]])
+      expect(Machine.nextDeadline(failed.state)).toBe(100)
+      // w1 confirms past it (no confirmation reported for it) and takes c; the retry waits.
+      const moved = run(failed.state, request(w1, 1, 2))
+      expect(moved.actions.filter((action) => action._tag === "Confirmed")).toEqual([])
+      expect(sentTo(moved.actions)).toEqual(["w1:c"])
+      const due = run(moved.state, { _tag: "Tick", now: 100 }, request(w2, 1, 2))
+      const retried = due.actions.flatMap((action) => action._tag === "Send" && action.message._tag === "SequencedMessage" ? [action.message] : [])
+      expect(retried.map((message) => [message.messageId, message.attempt])).toEqual([["a", 2]])
+    })
+
+    it("durable: a failure is recorded with its attempt and retry time; a dead letter before Settled", () => {
+      let state = run(Machine.initial(config({ durable: true })).state, { _tag: "Loaded", state: { currentSeq: 0, pending: [] }, now: 0 }).state
+      for (const address of [w1, w2]) state = run(state, verified(address), request(address, 0, 1)).state
+      const grant = grantOf(state)
+      state = run(state, { _tag: "ProduceAcked", grant, items: [{ messageId: "a", payload: bytes("a") }, { messageId: "b", payload: bytes("b") }], now: 0 }).state
+      state = run(state, {
+        _tag: "StoreCompleted",
+        token: grant.token,
+        results: ["a", "b"].map((id, index) => ({
+          entry: { seq: index + 1, messageId: id, payload: bytes(id) },
+          alreadyStored: false,
+          accepted: false,
+          confirmed: false
+        })),
+        now: 0
+      }).state
+      const failed = run(state, settle(w1, 1, { _tag: "Failed", attempt: 2, error: "x", retryAfterMs: 50 }, 10))
+      expect(failed.actions.filter((action) => action._tag === "RecordFailure")).toEqual([
+        { _tag: "RecordFailure", messageId: "a", attempts: 2, lastError: "x", notBefore: 60 }
+      ])
+      const dead = run(state, settle(w2, 1, { _tag: "DeadLettered", attempts: 5, error: "poison" }, 20))
+      expect(dead.actions.filter((action) => action._tag === "DeadLetter")).toMatchObject([{ messageId: "b", attempts: 5, lastError: "poison", at: 20 }])
+      expect(settledTo(dead.actions)).toEqual([])
+      const recorded = run(dead.state, { _tag: "DeadLetterRecorded", worker: w2, sessionId: sessionOf(w2), seq: 1, now: 21 })
+      expect(settledTo(recorded.actions)).toEqual(["w2:1"])
+    })
+
+    it("a handed-back job goes to the head of the pool at once, for another worker", () => {
+      const released = run(dispatched(), settle(w1, 1, { _tag: "Released" }))
+      expect(settledTo(released.actions)).toEqual(["w1:1"])
+      expect(Machine.freeDemand(released.state.bindings[0])).toBe(0)
+      const taken = run(released.state, request(w2, 1, 2))
+      expect(sentTo(taken.actions)).toEqual(["w2:a"])
+    })
+
+    it("a dead-lettered job leaves the flow; durable: recorded before Settled", () => {
+      const volatile = run(dispatched(), settle(w1, 1, { _tag: "DeadLettered", attempts: 3, error: "poison" }))
+      expect(settledTo(volatile.actions)).toEqual(["w1:1"])
+      expect(volatile.state.pool.length).toBe(1)
+      expect(volatile.state.delayed).toEqual([])
+    })
+
+    it("a job its worker settled is not requeued when the binding ends", () => {
+      const released = run(dispatched(), settle(w1, 1, { _tag: "DeadLettered", attempts: 3, error: "poison" }))
+      const gone = run(released.state, { _tag: "Audited", address: w1, live: false, now: 0 })
+      expect(gone.actions.filter((action) => action._tag === "BindingEnded")).toMatchObject([{ requeued: 0 }])
+    })
+
+    it("a repeated settle is answered again; a settle of a seq never sent ends the binding", () => {
+      const once = run(dispatched(), settle(w1, 1, { _tag: "Released" }))
+      expect(settledTo(run(once.state, settle(w1, 1, { _tag: "Released" })).actions)).toEqual(["w1:1"])
+      expect(tags(run(dispatched(), settle(w1, 5, { _tag: "Released" })).actions)).toContain("BindingEnded")
+    })
+  })
 })
+

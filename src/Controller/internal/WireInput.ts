@@ -35,8 +35,8 @@ export const attach = <M extends Envelope["message"]>(
 
 /** What a producer-side controller (point-to-point or work-pulling) receives. */
 export const fromConsumer = (message: Envelope["message"]): message is ConsumerToProducer =>
-  message._tag === "RegisterConsumer" || message._tag === "Request" || message._tag === "Ack"
+  message._tag === "RegisterConsumer" || message._tag === "Request" || message._tag === "Ack" || message._tag === "Settle"
 
 /** What a consumer controller receives. */
 export const fromProducer = (message: Envelope["message"]): message is ProducerToConsumer =>
-  message._tag === "SequencedMessage" || message._tag === "RegistrationAck"
+  message._tag === "SequencedMessage" || message._tag === "RegistrationAck" || message._tag === "Settled"

@@ -11,7 +11,7 @@ import * as Config from "./Protocol/Config.js"
 import type { ReliableEndpointConfigError } from "./Protocol/Errors.js"
 import type { ReliableSystem } from "./ReliableSystem.js"
 
-export type { Consumer, ConsumerOptions } from "./internal/ConsumerEndpoint.js"
+export type { Consumer, ConsumerOptions, FailureDecision, HandlerFailure, RunOptions } from "./internal/ConsumerEndpoint.js"
 export type { ConsumerStats } from "./Controller/ConsumerController.js"
 
 const consumerKeys = Config.optionKeys<ConsumerOptions<unknown, unknown>>({
@@ -22,7 +22,10 @@ const consumerKeys = Config.optionKeys<ConsumerOptions<unknown, unknown>>({
   resendInterval: true,
   lendPayloads: true,
   remoteProducer: true,
-  drainTimeout: true
+  drainTimeout: true,
+  retry: true,
+  maxAttempts: true,
+  handlerTimeout: true
 })
 
 /** A point-to-point consumer endpoint. */

@@ -21,6 +21,7 @@ import * as Config from "./Protocol/Config.js"
 import { EndpointNotFound } from "./Protocol/Errors.js"
 import type { ReliableDeliveryFailed } from "./Protocol/Failure.js"
 import type { ReliableHealthEvent } from "./Protocol/Health.js"
+import type { DeliveryDeadLettered } from "./Protocol/DeadLetter.js"
 import { Transport } from "./Transport/Transport.js"
 
 export { ReliableSystem } from "./internal/ReliableSystemTag.js"
@@ -97,6 +98,7 @@ const build = <E>(
     const registry = new EndpointRegistry()
     const failures = yield* Effect.acquireRelease(PubSub.sliding<ReliableDeliveryFailed>(1024), PubSub.shutdown)
     const health = yield* Effect.acquireRelease(PubSub.sliding<ReliableHealthEvent>(1024), PubSub.shutdown)
+    const deadLetters = yield* Effect.acquireRelease(PubSub.sliding<DeliveryDeadLettered>(4096), PubSub.shutdown)
     const newId = makeIdSource()
     const nodes = yield* NodeLookup.make({ transport, registry, timeout: lookupTimeout, newId })
     const member = cluster === undefined ? undefined : yield* cluster.join({ transport, endpoints: registry, nodes, newId })
@@ -112,6 +114,7 @@ const build = <E>(
       cluster: member,
       publishFailure: (failure) => void failures.unsafeOffer(failure),
       publishHealth: (event) => void health.unsafeOffer(event),
+      publishDeadLetter: (event) => void deadLetters.unsafeOffer(event),
       newId
     }
     const service: ReliableSystemService = {
@@ -120,6 +123,8 @@ const build = <E>(
       subscribeFailures: PubSub.subscribe(failures),
       health: Stream.fromPubSub(health),
       subscribeHealth: PubSub.subscribe(health),
+      deadLetters: Stream.fromPubSub(deadLetters),
+      subscribeDeadLetters: PubSub.subscribe(deadLetters),
       respawn: (name) =>
         Effect.suspend(() => {
           const entry = registry.get(name)
@@ -162,6 +167,15 @@ export const health: Stream.Stream<ReliableHealthEvent, never, ReliableSystem> =
 /** Subscribes to health events of the system in context for the life of the scope. */
 export const subscribeHealth: Effect.Effect<Queue.Dequeue<ReliableHealthEvent>, never, ReliableSystem | Scope.Scope> =
   Effect.flatMap(ReliableSystem, (system) => system.subscribeHealth)
+
+/** Dead letters published by the endpoints of the system in context. */
+export const deadLetters: Stream.Stream<DeliveryDeadLettered, never, ReliableSystem> = Stream.unwrap(
+  Effect.map(ReliableSystem, (system) => system.deadLetters)
+)
+
+/** Subscribes to the dead letters of the system in context for the life of the scope. */
+export const subscribeDeadLetters: Effect.Effect<Queue.Dequeue<DeliveryDeadLettered>, never, ReliableSystem | Scope.Scope> =
+  Effect.flatMap(ReliableSystem, (system) => system.subscribeDeadLetters)
 
 /** Respawns an endpoint of the system in context. */
 export const respawn = (name: string): Effect.Effect<void, EndpointNotFound, ReliableSystem> =>

@@ -9,7 +9,7 @@
  * state when effects must happen once.
  */
 import { Effect } from "effect"
-import type { Duration, Schema, Scope } from "effect"
+import type { Duration, Schedule, Schema, Scope } from "effect"
 import type * as Consumer from "./Consumer.js"
 import * as ConsumerEndpoint from "./internal/ConsumerEndpoint.js"
 import * as WorkPullingController from "./Controller/WorkPullingController.js"
@@ -70,8 +70,23 @@ export interface WorkerOptions<A, I> {
   readonly window?: number
   /** Tick for re-registration, re-delivery and gap re-requests; default 2s. */
   readonly resendInterval?: Duration.DurationInput
-  /** Closing the worker lets the job in flight finish, waiting at most this long; default 5s. */
+  /** Closing the worker lets the jobs in flight finish, waiting at most this long; default 5s. */
   readonly drainTimeout?: Duration.DurationInput
+  /**
+   * Jobs the worker runs at once (its handler runs up to this many times concurrently); default
+   * 1. A worker needs no more fibers than this for N parallel jobs.
+   */
+  readonly concurrency?: number
+  /**
+   * The delays before a failed job is tried again (by whichever worker takes it then): the n-th
+   * delay comes before attempt n + 1; when the schedule ends the job is dead-lettered. Default:
+   * exponential from 200ms, doubling, never more than 10 seconds apart.
+   */
+  readonly retry?: Schedule.Schedule<unknown, unknown>
+  /** Attempts before a failing job is dead-lettered; default 5. */
+  readonly maxAttempts?: number
+  /** A handler running longer is interrupted and the attempt counts as failed; default off. */
+  readonly handlerTimeout?: Duration.DurationInput
 }
 
 const producerKeys = Config.optionKeys<ProducerOptions<unknown, unknown>>({
@@ -103,7 +118,11 @@ const workerKeys = Config.optionKeys<WorkerOptions<unknown, unknown>>({
   payload: true,
   window: true,
   resendInterval: true,
-  drainTimeout: true
+  drainTimeout: true,
+  concurrency: true,
+  retry: true,
+  maxAttempts: true,
+  handlerTimeout: true
 })
 
 /** Checks the options of a work-pulling producer. */

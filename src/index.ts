@@ -13,6 +13,8 @@ export { DeliveryConfirmed, Produced, RequestNext, ReservedMessageIdPrefix, Stor
 export {
   EndpointClosed,
   EndpointNotFound,
+  HandlerTimeout,
+  MessageRejected,
   PayloadDecodeError,
   PayloadEncodeError,
   ProducerContractError,
@@ -28,6 +30,7 @@ export type { PeerAddress, QueueRetry } from "./Protocol/Config.js"
 export { ClusterPlacementError, ClusterRegistryError, ReliableOwnershipLost } from "./Cluster/ClusterErrors.js"
 export { ReliableDeliveryFailed } from "./Protocol/Failure.js"
 export { ReliableDegraded, ReliableRecovered } from "./Protocol/Health.js"
+export { DeliveryDeadLettered } from "./Protocol/DeadLetter.js"
 export type { ReliableHealthEvent } from "./Protocol/Health.js"
 export type { ReliableControllerRole, ReliableDeliveryStage } from "./Protocol/Failure.js"
 export {

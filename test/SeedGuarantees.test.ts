@@ -6,7 +6,7 @@
  * reserved endpoint namespace.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Chunk, Deferred, Effect, Exit, Fiber, Layer, Logger, LogLevel, Option, Queue, Schema, Scope } from "effect"
+import { Chunk, Deferred, Effect, Exit, Fiber, Layer, Logger, LogLevel, Option, Queue, Schedule, Schema, Scope } from "effect"
 import * as Consumer from "../src/Consumer.js"
 import type { DurableProducerQueueService } from "../src/DurableQueue/DurableProducerQueue.js"
 import * as MemoryProducerQueue from "../src/DurableQueue/MemoryProducerQueue.js"
@@ -94,10 +94,10 @@ describe("point-to-point: a producer respawned without a durable queue", () => {
 })
 
 describe("point-to-point confirmation is business-level", () => {
-  it.scoped("a failed run handler confirms nothing: the same delivery comes again after the resend interval, the next only once it succeeded", () =>
+  it.scoped("a failed run handler confirms nothing: the same delivery comes again after the retry delay, the next only once it succeeded", () =>
     Effect.gen(function*() {
       const producer = yield* Producer.make({ name: "p", consumer: "c", payload: Order })
-      const consumer = yield* Consumer.make({ name: "c", producer: "p", payload: Order, resendInterval: "1 second" })
+      const consumer = yield* Consumer.make({ name: "c", producer: "p", payload: Order, retry: Schedule.spaced("1 second") })
       const attempts: Array<[number, number]> = []
       let failures = 2
       yield* Effect.forkScoped(consumer.run((delivery) =>

@@ -47,7 +47,8 @@ const reloadScenario = (queue: DurableWorkQueueService) =>
       Effect.gen(function*() {
         const scope = yield* Scope.make()
         scopes.push(scope)
-        const worker = yield* WorkPulling.worker({ name, producer: "dispatcher", payload: Job, window: 3, resendInterval: "200 millis" })
+        // Hanging workers stand for dead ones: their scopes close at once, without a drain.
+        const worker = yield* WorkPulling.worker({ name, producer: "dispatcher", payload: Job, window: 3, resendInterval: "200 millis", drainTimeout: 0 })
           .pipe(Scope.extend(scope))
         yield* Effect.forkIn(worker.run((delivery) =>
           Effect.suspend(() => {

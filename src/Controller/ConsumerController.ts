@@ -15,6 +15,9 @@ import type { PayloadCodec } from "../Protocol/PayloadCodec.js"
 import type { Envelope } from "../Protocol/WireMessage.js"
 import type { SystemInternals } from "../internal/SystemInternals.js"
 import * as Machine from "./ConsumerMachine.js"
+import { ControllerDelivery } from "./internal/ControllerDelivery.js"
+import type { DeliveryOwner } from "./internal/ControllerDelivery.js"
+import { errorText } from "./internal/ErrorText.js"
 import * as Reassembly from "./internal/Reassembly.js"
 import * as WireInput from "./internal/WireInput.js"
 
@@ -31,11 +34,17 @@ export interface ConsumerSettings {
   readonly producerKinds: ReadonlyArray<EndpointRecord["kind"]>
   /** The node hosting the producer (a remoting-only flow); absent when it is local. */
   readonly producerNode?: string | undefined
+  /** Deliveries handed out at once (1 for point-to-point). */
+  readonly concurrency: number
+  /** Workers: hand back unstarted messages when every handler has been busy this long. */
+  readonly releaseStuckAfter: Duration.Duration | undefined
 }
 
 export interface ConsumerHooks<A> {
   /** Hands a delivery to the endpoint, which holds it until it confirms or releases it. */
   readonly deliver: (delivery: Delivery<A>) => void
+  /** A message was dead-lettered here (its payload could not be decoded). */
+  readonly deadLettered: (dead: { readonly messageId: string; readonly attempts: number; readonly cause: unknown }) => void
   /** A delivery handed out was confirmed or given back, once (a shutdown may be waiting for it). */
   readonly settled: () => void
   readonly stopped: (outcome: StopOutcome) => void
@@ -61,47 +70,12 @@ export interface ConsumerController {
   readonly stats: () => ConsumerStats
 }
 
-/**
- * A delivery handed to the endpoint. `confirm` is built only when asked for: the `run` loop
- * confirms through `confirmNow` without allocating an effect per delivery.
- */
-class ControllerDelivery<A> implements Delivery<A> {
-  /** Confirmed or given back already: the endpoint stops counting it as held. */
-  settled = false
-  constructor(
-    readonly messageId: string,
-    readonly seq: number,
-    readonly payload: A,
-    private readonly controller: { readonly confirm: (id: number) => void; readonly settled: () => void },
-    readonly id: number
-  ) {}
-
-  get confirm(): Effect.Effect<void> {
-    return Effect.sync(() => this.confirmNow())
-  }
-
-  confirmNow(): void {
-    this.settle()
-    this.controller.confirm(this.id)
-  }
-
-  settle(): void {
-    if (this.settled) return
-    this.settled = true
-    this.controller.settled()
-  }
-}
-
-/** Confirms a delivery synchronously (the `run` loop's path). */
-export const confirmNow = <A>(delivery: Delivery<A>): void => {
-  if (delivery instanceof ControllerDelivery) delivery.confirmNow()
-  else Effect.runSync(delivery.confirm)
-}
+export { confirmNow } from "./internal/ControllerDelivery.js"
 
 /** Marks a delivery as no longer held (given back), returning the id the controller knows it by. */
 export const settle = <A>(delivery: Delivery<A>): number | undefined => {
   if (!(delivery instanceof ControllerDelivery)) return undefined
-  delivery.settle()
+  delivery.release()
   return delivery.id
 }
 
@@ -143,18 +117,18 @@ export const make = <A>(
         ? codec.decode(payload, lent !== undefined)
         : codec.decode(lent === undefined ? Reassembly.join(payload) : lent.join(payload), true)
       if (Either.isLeft(decoded)) {
-        dispatch({
-          _tag: "Fail",
-          stage: "Protocol",
-          cause: new PayloadDecodeError({ endpointName: settings.endpoint, messageId: inFlight.messageId, cause: decoded.left })
-        })
+        // A payload this consumer cannot decode is dead-lettered, not retried: decoding is deterministic.
+        const cause = new PayloadDecodeError({ endpointName: settings.endpoint, messageId: inFlight.messageId, cause: decoded.left })
+        hooks.deadLettered({ messageId: inFlight.messageId, attempts: 0, cause })
+        dispatch({ _tag: "Settle", id: inFlight.id, outcome: { _tag: "DeadLettered", attempts: 0, error: errorText(cause) }, now: now() })
         return
       }
-      hooks.deliver(new ControllerDelivery(inFlight.messageId, inFlight.seq, decoded.right, confirmer, inFlight.id))
+      hooks.deliver(new ControllerDelivery(inFlight.messageId, inFlight.seq, decoded.right, inFlight.attempt, owner, inFlight.id))
     }
 
-    const confirmer = {
-      confirm: (id: number) => dispatch({ _tag: "Confirm", id, now: now() }),
+    const owner: DeliveryOwner = {
+      confirm: (id) => dispatch({ _tag: "Confirm", id, now: now() }),
+      settle: (id, outcome) => dispatch({ _tag: "Settle", id, outcome, now: now() }),
       settled: hooks.settled
     }
 
@@ -197,7 +171,9 @@ export const make = <A>(
       endpoint: settings.endpoint,
       incarnation,
       window: settings.window,
-      resendIntervalMs: Duration.toMillis(settings.resendInterval)
+      resendIntervalMs: Duration.toMillis(settings.resendInterval),
+      concurrency: settings.concurrency,
+      releaseStuckAfterMs: settings.releaseStuckAfter === undefined ? undefined : Duration.toMillis(settings.releaseStuckAfter)
     })
     state = started.state
     perform(started.actions)

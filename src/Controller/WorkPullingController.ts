@@ -71,7 +71,8 @@ const statsOf = (state: Machine.WorkState, counters: Counters): WorkPullingStats
   pending: state.pool.length,
   perWorker: state.bindings.map((binding) => ({
     worker: binding.address.endpoint,
-    inFlight: binding.unconfirmed.length,
+    // Jobs it settled (failed, handed back, dead-lettered) are in its window but no longer its work.
+    inFlight: binding.unconfirmed.length - binding.settled.size,
     freeDemand: Machine.freeDemand(binding),
     dispatched: binding.dispatched
   })),

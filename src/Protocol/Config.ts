@@ -1,7 +1,7 @@
 /**
  * Option defaults and bounds, and the checks every endpoint constructor runs.
  */
-import { Duration, Effect, Schema } from "effect"
+import { Duration, Effect, Schedule, Schema } from "effect"
 import { formatNode } from "./Address.js"
 import { ReliableConfigError, ReliablePeerClusterConflict, ReliablePeerRemotingRequired } from "./Errors.js"
 import type { ReliableEndpointConfigError } from "./Errors.js"
@@ -203,6 +203,43 @@ export const checkQueuePolicy = (options: {
     }
     return { ...retry, timeout, backoff: { initial, max } }
   })
+
+/** A `Schedule` option (the retry delays of a failed handler); absent means `fallback`. */
+export const checkSchedule = (
+  option: string,
+  value: Schedule.Schedule<unknown, unknown> | undefined,
+  fallback: Schedule.Schedule<unknown, unknown>
+): Effect.Effect<Schedule.Schedule<unknown, unknown>, ReliableConfigError> =>
+  value === undefined
+    ? Effect.succeed(fallback)
+    : Schedule.isSchedule(value)
+    ? Effect.succeed(value)
+    : fail(option, `${option} must be a Schedule (e.g. Schedule.exponential("200 millis")), got ${typeof value}`)
+
+/** Attempts before a failing message is dead-lettered: a positive integer, or Infinity for never. */
+export const checkMaxAttempts = (value: number | undefined, fallback: number): Effect.Effect<number, ReliableConfigError> => {
+  if (value === undefined) return Effect.succeed(fallback)
+  return value === Number.POSITIVE_INFINITY || (Number.isInteger(value) && value >= 1)
+    ? Effect.succeed(value)
+    : fail("maxAttempts", `maxAttempts must be a positive integer (or Infinity: never dead-letter), got ${value}`)
+}
+
+/** A positive duration that is off when absent. */
+export const checkOptionalInterval = (
+  option: string,
+  value: Duration.DurationInput | undefined
+): Effect.Effect<Duration.Duration | undefined, ReliableConfigError> =>
+  value === undefined ? Effect.succeed(undefined) : checkInterval(option, value, Duration.zero)
+
+/** The most deliveries a worker works on at once. */
+export const MaxConcurrency = 1024
+
+export const checkConcurrency = (value: number | undefined): Effect.Effect<number, ReliableConfigError> => {
+  if (value === undefined) return Effect.succeed(1)
+  return Number.isInteger(value) && value >= 1 && value <= MaxConcurrency
+    ? Effect.succeed(value)
+    : fail("concurrency", `concurrency must be an integer in [1, ${MaxConcurrency}], got ${value}`)
+}
 
 export const checkChunkSize = (value: number | undefined): Effect.Effect<number | undefined, ReliableConfigError> => {
   if (value === undefined) return Effect.succeed(undefined)

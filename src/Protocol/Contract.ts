@@ -124,6 +124,13 @@ export interface Delivery<A> {
   /** The sequence number within the current producer session. */
   readonly seq: number
   readonly payload: A
+  /**
+   * 1 for the first delivery of the message to a handler, +1 for each one after a failure
+   * (work-pulling: counted by the producer, so it carries over to another worker and, with a
+   * durable work queue, across restarts; point-to-point: counted by this consumer). A resend of a
+   * lost message is not an attempt.
+   */
+  readonly attempt: number
   /** Confirms this delivery; repeating it, or confirming a superseded delivery, does nothing. */
   readonly confirm: Effect.Effect<void>
 }

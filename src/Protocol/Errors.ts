@@ -132,6 +132,18 @@ export class EndpointNotFound extends Data.TaggedError("EndpointNotFound")<{
   }
 }
 
+/** A handler ran longer than the consumer's `handlerTimeout`: it was interrupted, and the attempt failed. */
+export class HandlerTimeout extends Data.TaggedError("HandlerTimeout")<{
+  readonly endpointName: string
+  readonly messageId: string
+  readonly attempt: number
+  readonly timeoutMs: number
+}> {
+  override get message(): string {
+    return `the handler of ${this.endpointName} ran longer than ${this.timeoutMs}ms on message ${this.messageId} (attempt ${this.attempt})`
+  }
+}
+
 /** The endpoint's scope closed while a call was waiting on it. */
 export class EndpointClosed extends Data.TaggedError("EndpointClosed")<{
   readonly name: string

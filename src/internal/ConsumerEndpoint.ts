@@ -1,23 +1,27 @@
 /**
  * The consumer endpoint around a consumer controller (a point-to-point consumer or a worker):
- * it takes the controller's deliveries (`Handoff`), runs handlers on them (`run`) or streams them
- * (`deliveries`), and outlives its controllers (`EndpointLifecycle`).
+ * it takes the controller's deliveries (`Handoff`), runs handlers on them (`run`, one loop per
+ * handler slot: see `RunLoop`) or streams them (`deliveries`), and outlives its controllers
+ * (`EndpointLifecycle`).
  *
- * A delivery's way out: the controller hands out one delivery at a time; `run` processes it in
- * its own loop fiber and confirms it when the handler succeeds, and the confirmation's fold hands
- * out the next one, taken at once. A delivery whose handler is interrupted is given back and
+ * A delivery's way out: the controller hands out deliveries in order (a worker up to its
+ * `concurrency` at once); a `run` loop processes one and confirms it when the handler succeeds,
+ * and the confirmation's fold hands out the next one, taken at once. A failed handler is retried
+ * (in place for point-to-point, at the producer for a worker) until its attempts are exhausted,
+ * then the message is dead-lettered. A delivery whose handler is interrupted is given back and
  * handed out again.
  *
  * Shutting down is graceful: closing the endpoint's scope hands out nothing more, lets the
- * handler in flight finish and confirms it (at most `drainTimeout`), then fails every waiting and
- * later call with `EndpointClosed`. Interrupting a `run` likewise lets its handler finish first.
+ * handlers in flight finish and confirms them (at most `drainTimeout`), then fails every waiting
+ * and later call with `EndpointClosed`. Interrupting a `run` likewise lets its handlers finish.
  */
-import { Cause, Effect, Fiber, Stream } from "effect"
-import type { Duration, Schema, Scope } from "effect"
+import { Effect, Fiber, Stream } from "effect"
+import type { Duration, Schedule, Schema, Scope } from "effect"
 import * as ConsumerController from "../Controller/ConsumerController.js"
 import type { ConsumerSettings, ConsumerStats } from "../Controller/ConsumerController.js"
 import type { Delivery } from "../Protocol/Contract.js"
 import * as Config from "../Protocol/Config.js"
+import { DeliveryDeadLettered } from "../Protocol/DeadLetter.js"
 import { ReliableConfigError } from "../Protocol/Errors.js"
 import type { EndpointClosed, ReliableEndpointConfigError } from "../Protocol/Errors.js"
 import * as PayloadCodec from "../Protocol/PayloadCodec.js"
@@ -27,6 +31,8 @@ import type { EndpointKind } from "./EndpointRegistry.js"
 import { drainWithin } from "./DrainBound.js"
 import * as EndpointLifecycle from "./EndpointLifecycle.js"
 import { Handoff } from "./Handoff.js"
+import * as HandlerFailures from "./HandlerFailures.js"
+import * as RunLoop from "./RunLoop.js"
 import { Signal } from "./Signal.js"
 
 export interface ConsumerOptions<A, I> {
@@ -59,7 +65,34 @@ export interface ConsumerOptions<A, I> {
    * confirms it, waiting at most this long before interrupting it; default 5 seconds.
    */
   readonly drainTimeout?: Duration.DurationInput
+  /**
+   * The delays between attempts of a delivery whose handler failed: the n-th delay comes before
+   * attempt n + 1; when the schedule ends, the message is dead-lettered. Default: exponential
+   * from 200ms, doubling, never more than 10 seconds apart. The protocol's own resends of lost
+   * messages are not attempts.
+   */
+  readonly retry?: Schedule.Schedule<unknown, unknown>
+  /**
+   * Attempts before a failing message is dead-lettered (confirmed past, published on
+   * `ReliableSystem.deadLetters`, kept in a durable queue). Point-to-point default: unlimited,
+   * and the flow holds at a failing message (its order is kept) until it succeeds; workers: 5.
+   */
+  readonly maxAttempts?: number
+  /** A handler running longer is interrupted and the attempt counts as failed; default off. */
+  readonly handlerTimeout?: Duration.DurationInput
 }
+
+/** Options of `run`. */
+export interface RunOptions<A, E, R> {
+  /**
+   * Decides what happens after a failed attempt, seeing the handler's typed error, the delivery
+   * and its attempt: "Retry", "DeadLetter", or "Confirm" (done, nothing more to do). Without it,
+   * the consumer retries while attempts are left (`decision` says what it would do).
+   */
+  readonly onFailure?: HandlerFailures.OnFailure<A, E, R>
+}
+
+export type { FailureDecision, HandlerFailure } from "./HandlerFailures.js"
 
 export interface Consumer<A> {
   readonly name: string
@@ -70,20 +103,28 @@ export interface Consumer<A> {
    */
   readonly deliveries: Stream.Stream<Delivery<A>, EndpointClosed>
   /**
-   * Runs `handler` on every delivery, in order, and confirms after it succeeds. A failed handler
-   * is not confirmed: the delivery comes again. Runs until interrupted (the handler in flight
-   * finishes first, within the drain timeout) or until the endpoint closes (`EndpointClosed`).
+   * Runs `handler` on every delivery (in order; a worker runs up to its `concurrency` at once) and
+   * confirms each after it succeeds. A failed attempt is retried after the `retry` delay until
+   * `maxAttempts`, then the message is dead-lettered; `onFailure` may decide otherwise. Runs until
+   * interrupted (the handlers in flight finish first, within the drain timeout) or until the
+   * endpoint closes (`EndpointClosed`).
    */
-  readonly run: <E, R>(handler: (delivery: Delivery<A>) => Effect.Effect<void, E, R>) => Effect.Effect<never, EndpointClosed, R>
+  readonly run: <E, R, R2 = never>(
+    handler: (delivery: Delivery<A>) => Effect.Effect<void, E, R>,
+    options?: RunOptions<A, E, R2>
+  ) => Effect.Effect<never, EndpointClosed, R | R2>
   readonly stats: Effect.Effect<ConsumerStats>
 }
 
 export interface EndpointSettings extends ConsumerSettings {
-  /** How long closing (or interrupting `run`) waits for the handler in flight. */
+  /** How long closing (or interrupting `run`) waits for the handlers in flight. */
   readonly drainTimeout: Duration.Duration
+  readonly retry: Schedule.Schedule<unknown, unknown>
+  readonly maxAttempts: number
+  readonly handlerTimeout: Duration.Duration | undefined
 }
 
-const noStats: ConsumerStats = { delivered: 0, redelivered: 0, registrations: 0, dropped: 0 }
+const noStats = { delivered: 0, redelivered: 0, registrations: 0, dropped: 0 }
 
 const build = <A>(
   settings: EndpointSettings,
@@ -92,6 +133,16 @@ const build = <A>(
 ): Effect.Effect<Consumer<A>, ReliableConfigError, Scope.Scope> =>
   Effect.gen(function*() {
     const handoff = new Handoff<Delivery<A>>(settings.endpoint)
+    const counted = { failed: 0, deadLettered: 0 }
+    const policy: RunLoop.FailurePolicy = {
+      endpoint: settings.endpoint,
+      retriesAtProducer: settings.kind === "Worker",
+      retry: settings.retry,
+      maxAttempts: settings.maxAttempts,
+      handlerTimeout: settings.handlerTimeout,
+      publishDeadLetter: system.publishDeadLetter,
+      counted
+    }
     // Fired whenever the delivery in flight is confirmed: a shutdown may be waiting for it.
     const confirmed = new Signal()
 
@@ -103,6 +154,10 @@ const build = <A>(
       start: (stopped) =>
         ConsumerController.make(settings, codec, system, {
           deliver: (delivery) => handoff.put(delivery),
+          deadLettered: (dead) => {
+            counted.deadLettered++
+            system.publishDeadLetter(new DeliveryDeadLettered({ endpointName: settings.endpoint, ...dead }))
+          },
           settled: () => {
             handoff.done()
             confirmed.fire()
@@ -134,43 +189,59 @@ const build = <A>(
       if (id !== undefined) lifecycle.current()?.release(id)
     }
 
-    const run = <E, R>(handler: (delivery: Delivery<A>) => Effect.Effect<void, E, R>): Effect.Effect<never, EndpointClosed, R> =>
+    /** One loop per handler slot; interrupting `run` lets every handler in flight finish first. */
+    const run = <E, R, R2 = never>(
+      handler: (delivery: Delivery<A>) => Effect.Effect<void, E, R>,
+      options?: RunOptions<A, E, R2>
+    ): Effect.Effect<never, EndpointClosed, R | R2> =>
       Effect.gen(function*() {
-        const loop = RunLoop.make(settings.endpoint, handoff, handler, release, settings.resendInterval)
-        // Not a child of this fiber: a child is interrupted together with it, and interrupting
-        // `run` must let the handler in flight finish first (`loop.stop`).
-        const fiber = yield* Effect.forkDaemon(loop.run)
-        return yield* Fiber.join(fiber).pipe(
-          Effect.onInterrupt(() => loop.stop(fiber, settings.drainTimeout))
-        )
+        const loops = Array.from({ length: settings.concurrency }, () => RunLoop.make(handoff, handler, release, policy, options?.onFailure))
+        // Not children of this fiber: a child is interrupted together with it, and interrupting
+        // `run` must let the handlers in flight finish first (`stop`).
+        const fibers = yield* Effect.forEach(loops, (loop) => Effect.forkDaemon(loop.run))
+        const stopAll = Effect.forEach(loops, (loop, index) => loop.stop(fibers[index], settings.drainTimeout), { concurrency: "unbounded", discard: true })
+        return yield* Effect.flatMap(Fiber.joinAll(fibers), () => Effect.never).pipe(Effect.onExit(() => stopAll))
       })
 
     return {
       name: settings.endpoint,
       deliveries: Stream.repeatEffect(Effect.suspend(() => handoff.take())),
       run,
-      stats: Effect.sync(() => lifecycle.current()?.stats() ?? noStats)
+      stats: Effect.sync(() => ({ ...(lifecycle.current()?.stats() ?? noStats), ...counted }))
     }
   })
 
-const checkOptions = <A, I>(options: ConsumerOptions<A, I>) =>
+/** What a worker takes beyond a consumer's options. */
+export interface WorkerExtras {
+  /** Jobs the worker runs at once; default 1. */
+  readonly concurrency?: number
+}
+
+/** Workers give up on a failing job after this many attempts unless told otherwise. */
+export const DefaultWorkerMaxAttempts = 5
+
+const checkOptions = <A, I>(options: ConsumerOptions<A, I> & WorkerExtras, kind: EndpointKind) =>
   Effect.zipRight(Config.checkSchema("payload", options.payload), Effect.suspend(() => Effect.all({
     name: Config.checkName("name", options.name),
     producer: Config.checkName("producer", options.producer),
     window: Config.checkWindow(options.window),
     resendInterval: Config.checkInterval("resendInterval", options.resendInterval, Config.DefaultResendInterval),
     lendPayloads: Config.checkLendPayloads(options.lendPayloads, PayloadCodec.isBinary(options.payload)),
-    drainTimeout: Config.checkDrainTimeout(options.drainTimeout)
+    drainTimeout: Config.checkDrainTimeout(options.drainTimeout),
+    retry: Config.checkSchedule("retry", options.retry, HandlerFailures.DefaultRetry),
+    maxAttempts: Config.checkMaxAttempts(options.maxAttempts, kind === "Worker" ? DefaultWorkerMaxAttempts : Number.POSITIVE_INFINITY),
+    handlerTimeout: Config.checkOptionalInterval("handlerTimeout", options.handlerTimeout),
+    concurrency: Config.checkConcurrency(options.concurrency)
   })))
 
 /** A consumer-side endpoint of the given kind (a point-to-point consumer or a worker), from its options. */
 export const make = <A, I>(
-  options: ConsumerOptions<A, I>,
+  options: ConsumerOptions<A, I> & WorkerExtras,
   kind: EndpointKind,
   producerKinds: ReadonlyArray<EndpointKind>
 ): Effect.Effect<Consumer<A>, ReliableEndpointConfigError, ReliableSystem | Scope.Scope> =>
   Effect.gen(function*() {
-    const checked = yield* checkOptions(options)
+    const checked = yield* checkOptions(options, kind)
     const system = (yield* ReliableSystem).internal
     if (kind === "Worker" && options.remoteProducer !== undefined) {
       return yield* new ReliableConfigError({
@@ -191,63 +262,12 @@ export const make = <A, I>(
       lendPayloads: checked.lendPayloads,
       producerKinds,
       producerNode,
-      drainTimeout: checked.drainTimeout
+      drainTimeout: checked.drainTimeout,
+      retry: checked.retry,
+      maxAttempts: checked.maxAttempts,
+      handlerTimeout: checked.handlerTimeout,
+      concurrency: checked.concurrency,
+      // A worker whose every handler has been busy a whole tick hands its unstarted jobs back.
+      releaseStuckAfter: kind === "Worker" ? checked.resendInterval : undefined
     }, PayloadCodec.make(options.payload), system)
   })
-
-/**
- * One `run` call's loop, in a fiber of its own: takes a delivery, runs the handler, confirms on
- * success. Asked to stop, it finishes the handler in flight (within the drain timeout) and ends.
- */
-namespace RunLoop {
-  export const make = <A, E, R>(
-    endpoint: string,
-    handoff: Handoff<Delivery<A>>,
-    handler: (delivery: Delivery<A>) => Effect.Effect<void, E, R>,
-    release: (delivery: Delivery<A>) => void,
-    retryAfter: Duration.Duration
-  ) => {
-    let busy = false
-    let stopping = false
-    // The delivery the handler is working on (one at a time: the loop is sequential).
-    let current: Delivery<A> | undefined
-    // Made once per loop, not per delivery: this is the hot path.
-    const continuations = {
-      onFailure: (cause: Cause.Cause<E>): Effect.Effect<void, never, R> => {
-        const delivery = current!
-        // Not confirmed: the handler runs on it again after the retry delay.
-        return Effect.zipRight(
-          Effect.logWarning(`reliable consumer "${endpoint}": handler failed on ${delivery.messageId}; it will be redelivered`, cause),
-          Effect.zipRight(Effect.sleep(retryAfter), Effect.suspend(() => stopping ? Effect.sync(() => release(delivery)) : process(delivery)))
-        )
-      },
-      onSuccess: (): Effect.Effect<void> => {
-        busy = false
-        ConsumerController.confirmNow(current!)
-        return Effect.void
-      }
-    }
-    const process = (delivery: Delivery<A>): Effect.Effect<void, never, R> => {
-      busy = true
-      current = delivery
-      return Effect.matchCauseEffect(handler(delivery), continuations)
-    }
-    const step: Effect.Effect<void, EndpointClosed, R> = Effect.suspend(() => stopping ? Effect.interrupt : Effect.flatMap(handoff.take(), process))
-    // An interrupted loop gives the delivery it was working on back (once per loop, not per delivery).
-    const givenBack = Effect.sync(() => {
-      if (!busy) return
-      busy = false
-      release(current!)
-    })
-    return {
-      run: Effect.onInterrupt(Effect.forever(step), () => givenBack) as Effect.Effect<never, EndpointClosed, R>,
-      /** Lets the handler in flight finish (at most `drainTimeout`), then ends the loop. */
-      stop: (fiber: Fiber.RuntimeFiber<never, EndpointClosed>, drainTimeout: Duration.Duration): Effect.Effect<void> =>
-        Effect.suspend(() => {
-          stopping = true
-          if (!busy) return Fiber.interrupt(fiber)
-          return Effect.zipRight(drainWithin(drainTimeout, Effect.asVoid(Fiber.await(fiber))), Fiber.interrupt(fiber))
-        })
-    }
-  }
-}

@@ -9,6 +9,7 @@ import type { Effect, Queue, Scope, Stream } from "effect"
 import type { EndpointNotFound } from "../Protocol/Errors.js"
 import type { ReliableDeliveryFailed } from "../Protocol/Failure.js"
 import type { ReliableHealthEvent } from "../Protocol/Health.js"
+import type { DeliveryDeadLettered } from "../Protocol/DeadLetter.js"
 import type { SystemInternals } from "./SystemInternals.js"
 
 export interface ReliableSystemService {
@@ -26,6 +27,10 @@ export interface ReliableSystemService {
   readonly health: Stream.Stream<ReliableHealthEvent>
   /** A subscription for the life of the scope: every health event published from now on. */
   readonly subscribeHealth: Effect.Effect<Queue.Dequeue<ReliableHealthEvent>, never, Scope.Scope>
+  /** Every `DeliveryDeadLettered` an endpoint of this system published after the stream is subscribed. */
+  readonly deadLetters: Stream.Stream<DeliveryDeadLettered>
+  /** A subscription for the life of the scope: every dead letter published from now on. */
+  readonly subscribeDeadLetters: Effect.Effect<Queue.Dequeue<DeliveryDeadLettered>, never, Scope.Scope>
   /** Replaces an endpoint's controller with a fresh one (new session; new epoch when durable). */
   readonly respawn: (name: string) => Effect.Effect<void, EndpointNotFound>
   /** The names of the endpoints this system hosts. */

@@ -8,6 +8,7 @@ import type { Effect } from "effect"
 import type { ClusterMember } from "../Cluster/internal/ClusterMember.js"
 import type { ReliableDeliveryFailed } from "../Protocol/Failure.js"
 import type { ReliableHealthEvent } from "../Protocol/Health.js"
+import type { DeliveryDeadLettered } from "../Protocol/DeadLetter.js"
 import type { TransportService } from "../Transport/Transport.js"
 import type { EndpointRecord, EndpointRegistry } from "./EndpointRegistry.js"
 import type { LookupStats } from "./NodeLookup.js"
@@ -28,6 +29,7 @@ export interface SystemInternals {
   readonly cluster: ClusterMember | undefined
   readonly publishFailure: (failure: ReliableDeliveryFailed) => void
   readonly publishHealth: (event: ReliableHealthEvent) => void
+  readonly publishDeadLetter: (event: DeliveryDeadLettered) => void
   /** A fresh id for incarnations and sessions, unique across processes. */
   readonly newId: () => string
 }

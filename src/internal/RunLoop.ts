@@ -1,0 +1,141 @@
+/**
+ * One handler loop of `run`, in a fiber of its own: takes a delivery, runs the handler, confirms
+ * on success. A failed attempt (typed error, defect, or `handlerTimeout`) goes to the failure
+ * rule (`HandlerFailures`): a point-to-point consumer retries in place after the retry delay,
+ * keeping its order; a worker hands the job back to the producer, which retries it after the
+ * delay on any worker; when attempts are exhausted the message is dead-lettered (published, and
+ * settled so the flow moves on). Asked to stop, a loop finishes the handler in flight (within the
+ * drain timeout) and ends; an interrupted handler gives its delivery back.
+ *
+ * The success path allocates nothing per delivery (its continuations are made once per loop):
+ * it is the hot path of every consumer.
+ */
+import { Cause, Duration, Effect, Fiber, Option } from "effect"
+import type { Schedule } from "effect"
+import type { ControllerDelivery } from "../Controller/internal/ControllerDelivery.js"
+import { confirmNow } from "../Controller/internal/ControllerDelivery.js"
+import { errorText } from "../Controller/internal/ErrorText.js"
+import type { Delivery } from "../Protocol/Contract.js"
+import { DeliveryDeadLettered } from "../Protocol/DeadLetter.js"
+import { HandlerTimeout } from "../Protocol/Errors.js"
+import type { EndpointClosed } from "../Protocol/Errors.js"
+import { drainWithin } from "./DrainBound.js"
+import type { Handoff } from "./Handoff.js"
+import * as HandlerFailures from "./HandlerFailures.js"
+
+/** The consumer's failure rule and where its outcomes go. */
+export interface FailurePolicy {
+  readonly endpoint: string
+  /** Workers hand failed jobs back to the producer; a point-to-point consumer retries in place. */
+  readonly retriesAtProducer: boolean
+  readonly retry: Schedule.Schedule<unknown, unknown>
+  readonly maxAttempts: number
+  readonly handlerTimeout: Duration.Duration | undefined
+  readonly publishDeadLetter: (event: DeliveryDeadLettered) => void
+  /** Counts a failed attempt and a dead letter (the endpoint's stats). */
+  readonly counted: { failed: number; deadLettered: number }
+}
+
+export interface RunLoop<R> {
+  readonly run: Effect.Effect<never, EndpointClosed, R>
+  /** Lets the handler in flight finish (at most `drainTimeout`), then ends the loop. */
+  readonly stop: (fiber: Fiber.RuntimeFiber<never, EndpointClosed>, drainTimeout: Duration.Duration) => Effect.Effect<void>
+}
+
+export const make = <A, E, R, R2>(
+  handoff: Handoff<Delivery<A>>,
+  handler: (delivery: Delivery<A>) => Effect.Effect<void, E, R>,
+  release: (delivery: Delivery<A>) => void,
+  policy: FailurePolicy,
+  onFailure: HandlerFailures.OnFailure<A, E, R2> | undefined
+): RunLoop<R | R2> => {
+  let busy = false
+  let stopping = false
+  // The delivery the handler is working on (one at a time: the loop is sequential).
+  let current: Delivery<A> | undefined
+
+  const attemptOf = (delivery: Delivery<A>): Effect.Effect<void, E | HandlerTimeout, R> => {
+    const timeout = policy.handlerTimeout
+    if (timeout === undefined) return handler(delivery)
+    return Effect.timeoutFail(handler(delivery), {
+      duration: timeout,
+      onTimeout: () =>
+        new HandlerTimeout({ endpointName: policy.endpoint, messageId: delivery.messageId, attempt: delivery.attempt, timeoutMs: Duration.toMillis(timeout) })
+    })
+  }
+
+  const decide = (delivery: Delivery<A>, cause: Cause.Cause<E | HandlerTimeout>, delay: Option.Option<Duration.Duration>) => {
+    const decision = HandlerFailures.defaultDecision(delivery.attempt, policy.maxAttempts, delay)
+    if (onFailure === undefined) return Effect.succeed(decision)
+    const failure = { delivery, attempt: delivery.attempt, error: HandlerFailures.typedError<E>(cause), cause, decision }
+    return Effect.catchAllCause(onFailure(failure), () => Effect.succeed<HandlerFailures.FailureDecision>("DeadLetter"))
+  }
+
+  const deadLetter = (delivery: Delivery<A>, cause: Cause.Cause<E | HandlerTimeout>) =>
+    Effect.sync(() => {
+      policy.counted.deadLettered++
+      policy.publishDeadLetter(new DeliveryDeadLettered({ endpointName: policy.endpoint, messageId: delivery.messageId, attempts: delivery.attempt, cause }))
+      ;(delivery as ControllerDelivery<A>).settleWith({ _tag: "DeadLettered", attempts: delivery.attempt, error: errorText(cause) })
+    })
+
+  /** After a failed attempt: retry (here, or at the producer), dead-letter, or confirm. */
+  const failed = (delivery: Delivery<A>, cause: Cause.Cause<E | HandlerTimeout>): Effect.Effect<void, never, R | R2> =>
+    Effect.gen(function*() {
+      policy.counted.failed++
+      const delay = yield* HandlerFailures.retryDelay(policy.retry, delivery.attempt)
+      const decision = yield* decide(delivery, cause, delay)
+      if (decision === "Confirm") return confirmNow(delivery)
+      if (decision === "DeadLetter") return yield* deadLetter(delivery, cause)
+      const after = Option.getOrElse(delay, () => Duration.zero)
+      yield* Effect.logDebug(`reliable consumer "${policy.endpoint}": attempt ${delivery.attempt} on ${delivery.messageId} failed; retrying in ${Duration.format(after)}`)
+      if (policy.retriesAtProducer) {
+        busy = false
+        return (delivery as ControllerDelivery<A>).settleWith({
+          _tag: "Failed",
+          attempt: delivery.attempt,
+          error: errorText(cause),
+          retryAfterMs: Math.round(Duration.toMillis(after))
+        })
+      }
+      yield* Effect.sleep(after)
+      if (stopping) {
+        busy = false
+        return release(delivery)
+      }
+      return yield* process((delivery as ControllerDelivery<A>).withAttempt(delivery.attempt + 1))
+    })
+
+  const continuations = {
+    onFailure: (cause: Cause.Cause<E | HandlerTimeout>): Effect.Effect<void, never, R | R2> => failed(current!, cause),
+    onSuccess: (): Effect.Effect<void> => {
+      busy = false
+      confirmNow(current!)
+      return Effect.void
+    }
+  }
+
+  const process = (delivery: Delivery<A>): Effect.Effect<void, never, R | R2> => {
+    busy = true
+    current = delivery
+    return Effect.matchCauseEffect(attemptOf(delivery), continuations)
+  }
+
+  const step: Effect.Effect<void, EndpointClosed, R | R2> = Effect.suspend(() => stopping ? Effect.interrupt : Effect.flatMap(handoff.take(), process))
+
+  // An interrupted loop gives the delivery it was working on back (once per loop, not per delivery).
+  const givenBack = Effect.sync(() => {
+    if (!busy) return
+    busy = false
+    release(current!)
+  })
+
+  return {
+    run: Effect.onInterrupt(Effect.forever(step), () => givenBack) as Effect.Effect<never, EndpointClosed, R | R2>,
+    stop: (fiber, drainTimeout) =>
+      Effect.suspend(() => {
+        stopping = true
+        if (!busy) return Fiber.interrupt(fiber)
+        return Effect.zipRight(drainWithin(drainTimeout, Effect.asVoid(Fiber.await(fiber))), Fiber.interrupt(fiber))
+      })
+  }
+}

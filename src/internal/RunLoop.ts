@@ -84,6 +84,7 @@ export const make = <A, E, R, R2>(
       policy.counted.failed++
       const delay = yield* HandlerFailures.retryDelay(policy.retry, delivery.attempt)
       const decision = yield* decide(delivery, cause, delay)
+      if (decision !== "Retry") busy = false
       if (decision === "Confirm") return confirmNow(delivery)
       if (decision === "DeadLetter") return yield* deadLetter(delivery, cause)
       const after = Option.getOrElse(delay, () => Duration.zero)

@@ -6,22 +6,35 @@
  */
 export { DurableProducerQueue } from "./DurableQueue/DurableProducerQueue.js"
 export type {
+  BacklogEntry,
+  DeadLetter,
+  DeadLetterRequest,
+  DeadLettersOptions,
   DurableProducerQueueService,
   DurableQueueState,
+  EnqueueRequest,
+  EnqueueResult,
+  InspectedEntry,
+  InspectedState,
+  InspectOptions,
   LoadResult,
   QueueEpoch,
+  QueueInspection,
+  QueueOperatorService,
   StoredEntry,
+  StoreOptions,
   StoreRequest,
   StoreResult
 } from "./DurableQueue/DurableProducerQueue.js"
 export { DurableWorkQueue } from "./DurableQueue/DurableWorkQueue.js"
 export type {
   DurableWorkQueueService,
+  FailureRequest,
   WorkLoadResult,
   WorkQueueState,
   WorkStoreResult
 } from "./DurableQueue/DurableWorkQueue.js"
-export { isTerminal, QueueBackendError, QueueChunkedBatch, QueueConflict, QueueFenced } from "./DurableQueue/QueueErrors.js"
+export { isTerminal, QueueBackendError, QueueChunkedBatch, QueueConflict, QueueFenced, QueueRejected } from "./DurableQueue/QueueErrors.js"
 export type { DurableQueueError } from "./DurableQueue/QueueErrors.js"
 export { layerMemory, makeMemory } from "./DurableQueue/MemoryProducerQueue.js"
 export { layerWorkMemory, makeWorkMemory } from "./DurableQueue/MemoryWorkQueue.js"

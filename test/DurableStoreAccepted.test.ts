@@ -37,8 +37,9 @@ const recorder = () => {
 /** The producer queue, watched; `fused: false` hides its storeAccepted. */
 const watchedProducerQueue = (inner: DurableProducerQueueService, fused: boolean) => {
   const { calls, loseNext, note } = recorder()
-  const storeAccepted = inner.storeAccepted
+  const { storeAccepted, ...operations } = inner
   const queue: DurableProducerQueueService = {
+    ...operations,
     load: inner.load,
     store: (epoch, request) => note("store", inner.store(epoch, request)),
     storeChunked: inner.storeChunked,

@@ -5,7 +5,7 @@
  * lost). The same seed and the same sequence of calls give the same failures.
  */
 import { Data, Effect } from "effect"
-import type { DurableProducerQueueService, StoreRequest } from "./DurableProducerQueue.js"
+import type { DurableProducerQueueService, QueueOperatorService, StoreRequest } from "./DurableProducerQueue.js"
 import type { DurableWorkQueueService } from "./DurableWorkQueue.js"
 import { QueueBackendError } from "./QueueErrors.js"
 import * as SeededRandom from "../internal/SeededRandom.js"
@@ -71,16 +71,29 @@ const makeFault = (seed: number, rate: number): Fault => {
     })
 }
 
+/** The backlog, dead-letter and inspection operations, each with faults; the signal as it is. */
+const wrapOperators = (queue: QueueOperatorService, fault: Fault): QueueOperatorService => ({
+  enqueue: (requests) => fault("enqueue", queue.enqueue(requests)),
+  backlog: (limit) => fault("backlog", queue.backlog(limit)),
+  ...(queue.backlogSignal === undefined ? {} : { backlogSignal: queue.backlogSignal }),
+  deadLetters: (options) => fault("deadLetters", queue.deadLetters(options)),
+  requeueDeadLetter: (messageId) => fault("requeueDeadLetter", queue.requeueDeadLetter(messageId)),
+  discardDeadLetter: (messageId) => fault("discardDeadLetter", queue.discardDeadLetter(messageId)),
+  inspect: (options) => fault("inspect", queue.inspect(options))
+})
+
 const wrapProducerQueue = (queue: DurableProducerQueueService, fault: Fault, failLoad: boolean): DurableProducerQueueService => {
   const storeAccepted = queue.storeAccepted
   return {
+    ...wrapOperators(queue, fault),
     load: failLoad ? fault("load", queue.load) : queue.load,
     store: (epoch, request) => fault("store", queue.store(epoch, request)),
-    storeChunked: (epoch, messageId, chunks) => fault("storeChunked", queue.storeChunked(epoch, messageId, chunks)),
+    storeChunked: (epoch, messageId, chunks, options) => fault("storeChunked", queue.storeChunked(epoch, messageId, chunks, options)),
     storeBatch: (epoch, requests) => fault("storeBatch", queue.storeBatch(epoch, requests)),
     accept: (epoch, messageId) => fault("accept", queue.accept(epoch, messageId)),
     acceptBatch: (epoch, messageIds) => fault("acceptBatch", queue.acceptBatch(epoch, messageIds)),
     confirm: (epoch, upToSeq) => fault("confirm", queue.confirm(epoch, upToSeq)),
+    deadLetter: (epoch, request) => fault("deadLetter", queue.deadLetter(epoch, request)),
     ...(storeAccepted === undefined ? {} : {
       storeAccepted: (epoch: number, requests: ReadonlyArray<StoreRequest>) => fault("storeAccepted", storeAccepted(epoch, requests))
     })
@@ -90,6 +103,7 @@ const wrapProducerQueue = (queue: DurableProducerQueueService, fault: Fault, fai
 const wrapWorkQueue = (queue: DurableWorkQueueService, fault: Fault, failLoad: boolean): DurableWorkQueueService => {
   const storeAccepted = queue.storeAccepted
   return {
+    ...wrapOperators(queue, fault),
     load: failLoad ? fault("load", queue.load) : queue.load,
     store: (epoch, request) => fault("store", queue.store(epoch, request)),
     storeBatch: (epoch, requests) => fault("storeBatch", queue.storeBatch(epoch, requests)),
@@ -97,6 +111,9 @@ const wrapWorkQueue = (queue: DurableWorkQueueService, fault: Fault, failLoad: b
     acceptBatch: (epoch, messageIds) => fault("acceptBatch", queue.acceptBatch(epoch, messageIds)),
     confirmMessage: (epoch, messageId) => fault("confirmMessage", queue.confirmMessage(epoch, messageId)),
     confirmBatch: (epoch, messageIds) => fault("confirmBatch", queue.confirmBatch(epoch, messageIds)),
+    recordFailure: (epoch, request) => fault("recordFailure", queue.recordFailure(epoch, request)),
+    recordFailureBatch: (epoch, requests) => fault("recordFailureBatch", queue.recordFailureBatch(epoch, requests)),
+    deadLetter: (epoch, request) => fault("deadLetter", queue.deadLetter(epoch, request)),
     ...(storeAccepted === undefined ? {} : {
       storeAccepted: (epoch: number, requests: ReadonlyArray<StoreRequest>) => fault("storeAccepted", storeAccepted(epoch, requests))
     })

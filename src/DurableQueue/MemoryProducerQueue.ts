@@ -4,63 +4,85 @@
  * atomic and linearizable on the JavaScript thread.
  *
  * State survives a controller restart when the same instance is reused, like a real store, and is
- * lost with the process. Confirmed, accepted entries are compacted: their payloads are dropped,
- * but every business id ever stored keeps its seqs, shape and acceptance, so a resubmission of a
- * confirmed message still answers `alreadyStored` (with an empty payload). The id index
- * therefore grows with the number of distinct messages stored.
+ * lost with the process. Confirmed entries are compacted: their payloads are dropped, but every
+ * business id ever stored keeps its seqs, shape and acceptance, so a resubmission of a confirmed
+ * message still answers `alreadyStored` (with an empty payload). The id index therefore grows
+ * with the number of distinct messages stored.
  */
-import { Effect, Either, Layer } from "effect"
+import { Clock, Effect, Either, Layer } from "effect"
 import type {
+  DeadLetter,
+  DeadLetterRequest,
+  DeadLettersOptions,
   DurableProducerQueueService,
-  DurableQueueState,
+  InspectedEntry,
+  InspectedState,
+  InspectOptions,
   LoadResult,
   QueueEpoch,
+  QueueInspection,
   StoredEntry,
+  StoreOptions,
   StoreRequest,
   StoreResult
 } from "./DurableProducerQueue.js"
 import { DurableProducerQueue } from "./DurableProducerQueue.js"
+import { backlogEntry, pageSize, wantedStates } from "./internal/BacklogRules.js"
+import * as Backlog from "./internal/MemoryBacklog.js"
 import type { StoreCommand, StoredMessage, StorePlan } from "./internal/ProducerQueueRules.js"
 import * as Rules from "./internal/ProducerQueueRules.js"
 import type { QueueChunkedBatch, QueueConflict, QueueFenced } from "./QueueErrors.js"
 
+interface DeadLetterRecord {
+  readonly attempts: number
+  readonly lastError: string
+  readonly deadAt: number
+}
+
 interface State {
   epoch: number
   currentSeq: number
-  confirmedSeq: number
-  /** Every business message ever stored, by business id. */
+  /** Every business message stored and not requeued, by business id, in store (seq) order. */
   readonly messages: Map<string, StoredMessage>
-  /** Entries above the watermark in seq order, with the business id that owns each. */
-  readonly live: Array<{ readonly entry: StoredEntry; readonly owner: string }>
+  /** The entries neither confirmed nor dead-lettered, by seq (insertion order is seq order), with their owner. */
+  readonly open: Map<number, string>
+  readonly deadLetters: Map<string, DeadLetterRecord>
+  readonly backlog: Backlog.MemoryBacklog
+}
+
+/** The highest seq h such that no entry with seq <= h is stored or accepted. */
+const lowMark = (state: State): number => {
+  const first = state.open.keys().next()
+  return first.done === true ? state.currentSeq : first.value - 1
 }
 
 const load = (state: State): LoadResult => {
   state.epoch += 1
-  const unconfirmed = state.live
-    .filter(({ owner }) => state.messages.get(owner)?.accepted === true)
-    .map(({ entry }) => entry)
-  const queueState: DurableQueueState = {
-    currentSeq: state.currentSeq,
-    confirmedSeq: state.confirmedSeq,
-    unconfirmed
+  const unconfirmed: Array<StoredEntry> = []
+  for (const [seq, owner] of state.open) {
+    const message = state.messages.get(owner)!
+    if (message.accepted) unconfirmed.push(message.entries.find((entry) => entry.seq === seq)!)
   }
-  return { state: queueState, epoch: state.epoch }
+  return { state: { currentSeq: state.currentSeq, confirmedSeq: lowMark(state), unconfirmed }, epoch: state.epoch }
 }
 
-const lookupIn = (state: State) => (messageId: string): StoredMessage | undefined => state.messages.get(messageId)
+const isStored = (state: State) => (messageId: string): boolean => state.messages.has(messageId)
+
+const lookupIn = (state: State): Rules.Lookup => (messageId) => state.messages.get(messageId)
 
 const admit = (state: State, epoch: QueueEpoch, command: StoreCommand): QueueFenced | QueueConflict | undefined =>
   Rules.validateStore(command) ?? Rules.checkEpoch(state.epoch, epoch)
 
-const append = (state: State, plan: StorePlan): ReadonlyArray<StoreResult> => {
+const append = (state: State, command: StoreCommand, plan: StorePlan): ReadonlyArray<StoreResult> => {
   for (const message of plan.appended) {
     state.messages.set(message.messageId, message)
-    for (const entry of message.entries) state.live.push({ entry, owner: message.messageId })
+    for (const entry of message.entries) state.open.set(entry.seq, message.messageId)
   }
   for (const message of plan.accepts) {
     state.messages.set(message.messageId, { ...state.messages.get(message.messageId)!, accepted: true })
   }
   state.currentSeq = plan.currentSeq
+  Backlog.take(state.backlog, Rules.backlogIds(command))
   return plan.results
 }
 
@@ -72,25 +94,28 @@ const storeWhole = (
   accept: boolean
 ): Effect.Effect<ReadonlyArray<StoreResult>, QueueFenced | QueueConflict | QueueChunkedBatch> =>
   Effect.suspend((): Effect.Effect<ReadonlyArray<StoreResult>, QueueFenced | QueueConflict | QueueChunkedBatch> => {
-    const rejected = admit(state, epoch, { _tag: "Whole", requests })
+    const command: StoreCommand = { _tag: "Whole", requests }
+    const rejected = admit(state, epoch, command)
     if (rejected !== undefined) return Effect.fail(rejected)
     // the queue keeps its own copy of every payload
-    const copies = requests.map((request) => ({ messageId: request.messageId, payload: request.payload.slice() }))
+    const copies = requests.map((request) => ({ ...request, payload: request.payload.slice() }))
     const plan = (accept ? Rules.planWholeAccepted : Rules.planWhole)(state.currentSeq, lookupIn(state), copies)
-    return Either.map(plan, (planned) => append(state, planned))
+    return Either.map(plan, (planned) => append(state, command, planned))
   })
 
 const storeChunked = (
   state: State,
   epoch: QueueEpoch,
   messageId: string,
-  chunks: ReadonlyArray<Uint8Array>
+  chunks: ReadonlyArray<Uint8Array>,
+  options: StoreOptions = {}
 ): Effect.Effect<StoreResult, QueueFenced | QueueConflict> =>
   Effect.suspend(() => {
-    const rejected = admit(state, epoch, { _tag: "Chunked", messageId, chunks })
+    const command: StoreCommand = { _tag: "Chunked", messageId, chunks, options }
+    const rejected = admit(state, epoch, command)
     if (rejected !== undefined) return Effect.fail(rejected)
     const copies = chunks.map((chunk) => chunk.slice())
-    return Effect.succeed(append(state, Rules.planChunked(state.currentSeq, lookupIn(state), messageId, copies))[0])
+    return Effect.succeed(append(state, command, Rules.planChunked(state.currentSeq, lookupIn(state), messageId, copies, options))[0])
   })
 
 const accept = (
@@ -100,7 +125,7 @@ const accept = (
 ): Either.Either<void, QueueFenced | QueueConflict> => {
   const fenced = Rules.checkEpoch(state.epoch, epoch)
   if (fenced !== undefined) return Either.left(fenced)
-  return Either.map(Rules.planAccept((id) => state.messages.get(id), messageIds), (toAccept) => {
+  return Either.map(Rules.planAccept(lookupIn(state), messageIds), (toAccept) => {
     for (const messageId of toAccept) {
       const message = state.messages.get(messageId)!
       state.messages.set(messageId, { ...message, accepted: true })
@@ -109,19 +134,23 @@ const accept = (
 }
 
 /**
- * Drops the live entries at or below the new watermark and compacts the payloads of the accepted
- * ones. A message stored but never accepted keeps its payload: its producer stopped before
- * accepting it, and the resubmission that follows must get the first write back whole.
+ * Confirms the accepted entries up to `upToSeq` and compacts their payloads. A message stored but
+ * not accepted keeps its entries open and its payload: its producer may accept it later (then a
+ * later confirm covers it), or a resubmission must get the first write back whole.
  */
-const compactTo = (state: State, upToSeq: number): void => {
-  let count = 0
-  while (count < state.live.length && state.live[count].entry.seq <= upToSeq) count += 1
-  const owners = new Set(state.live.splice(0, count).map(({ owner }) => owner))
-  for (const owner of owners) {
+const confirmUpTo = (state: State, upToSeq: number): void => {
+  const confirmed = new Map<string, Set<number>>()
+  for (const [seq, owner] of state.open) {
+    if (seq > upToSeq) break
+    if (!state.messages.get(owner)!.accepted) continue
+    state.open.delete(seq)
+    const seqs = confirmed.get(owner) ?? new Set()
+    confirmed.set(owner, seqs.add(seq))
+  }
+  for (const [owner, seqs] of confirmed) {
     const message = state.messages.get(owner)!
-    if (!message.accepted) continue
-    const entries = message.entries.map((entry) => entry.seq <= upToSeq ? Rules.compactEntry(entry) : entry)
-    state.messages.set(owner, { ...message, entries })
+    const entries = message.entries.map((entry) => seqs.has(entry.seq) ? Rules.compactEntry(entry) : entry)
+    state.messages.set(owner, { ...message, entries, confirmed: true })
   }
 }
 
@@ -132,25 +161,134 @@ const confirm = (
 ): Either.Either<void, QueueFenced | QueueConflict> => {
   const fenced = Rules.checkEpoch(state.epoch, epoch)
   if (fenced !== undefined) return Either.left(fenced)
-  return Either.map(Rules.planConfirm(state.currentSeq, state.confirmedSeq, upToSeq), (watermark) => {
-    if (watermark === undefined) return
-    state.confirmedSeq = watermark
-    compactTo(state, watermark)
+  return Either.map(Rules.planConfirm(state.currentSeq, lowMark(state), upToSeq), (upTo) => {
+    if (upTo !== undefined) confirmUpTo(state, upTo)
   })
 }
 
+const deadLetter = (
+  state: State,
+  epoch: QueueEpoch,
+  request: DeadLetterRequest
+): Either.Either<void, QueueFenced | QueueConflict> => {
+  const fenced = Rules.checkEpoch(state.epoch, epoch)
+  if (fenced !== undefined) return Either.left(fenced)
+  return Either.map(Rules.planDeadLetter(lookupIn(state), request), (message) => {
+    if (message === undefined) return
+    state.messages.set(message.messageId, { ...message, accepted: true, deadLettered: true })
+    for (const entry of message.entries) state.open.delete(entry.seq)
+    state.deadLetters.set(message.messageId, { attempts: request.attempts, lastError: request.lastError, deadAt: request.at })
+  })
+}
+
+const deadLetterOf = (message: StoredMessage, record: DeadLetterRecord): DeadLetter => {
+  const first = message.entries[0]
+  const deadLetter: { -readonly [K in keyof DeadLetter]: DeadLetter[K] } = {
+    messageId: message.messageId,
+    seq: first.seq,
+    payload: Rules.joinedPayload(message.entries),
+    attempts: record.attempts,
+    lastError: record.lastError,
+    deadAt: record.deadAt
+  }
+  if (first.at !== undefined) deadLetter.at = first.at
+  if (first.trace !== undefined) deadLetter.trace = first.trace
+  return deadLetter
+}
+
+const deadLetters = (state: State, options: DeadLettersOptions): ReadonlyArray<DeadLetter> => {
+  const afterSeq = options.afterSeq ?? 0
+  const found: Array<DeadLetter> = []
+  for (const [messageId, record] of state.deadLetters) {
+    const message = state.messages.get(messageId)!
+    if (message.entries[0].seq > afterSeq) found.push(deadLetterOf(message, record))
+  }
+  return found.sort((a, b) => a.seq - b.seq).slice(0, pageSize(options.limit))
+}
+
+const requeueDeadLetter = (state: State, messageId: string): Effect.Effect<boolean> =>
+  Effect.suspend(() => {
+    const record = state.deadLetters.get(messageId)
+    if (record === undefined) return Effect.succeed(false)
+    const letter = deadLetterOf(state.messages.get(messageId)!, record)
+    state.deadLetters.delete(messageId)
+    state.messages.delete(messageId)
+    return Effect.flatMap(Clock.currentTimeMillis, (now) =>
+      Effect.as(Backlog.append(state.backlog, backlogEntry(messageId, letter.payload, letter.at ?? now, letter.trace)), true))
+  })
+
+const discardDeadLetter = (state: State, messageId: string): boolean => {
+  if (!state.deadLetters.delete(messageId)) return false
+  const message = state.messages.get(messageId)!
+  state.messages.set(messageId, {
+    ...message,
+    entries: message.entries.map(Rules.compactEntry),
+    deadLettered: false,
+    confirmed: true
+  })
+  return true
+}
+
+const inspectedState = (state: State, message: StoredMessage): Exclude<InspectedState, "Backlog"> => {
+  if (message.deadLettered) return "DeadLettered"
+  if (!message.entries.some((entry) => state.open.has(entry.seq))) return "Confirmed"
+  return message.accepted ? "Accepted" : "Stored"
+}
+
+const inspect = (state: State, options: InspectOptions): QueueInspection => {
+  const wanted = wantedStates(options.states)
+  const limit = pageSize(options.limit)
+  const afterSeq = options.afterSeq ?? 0
+  const counts = { Stored: 0, Accepted: 0, Confirmed: 0, DeadLettered: 0 }
+  const entries: Array<InspectedEntry> = []
+  let oldestAt: number | undefined
+  for (const message of state.messages.values()) {
+    const inspected = inspectedState(state, message)
+    counts[inspected] += 1
+    const first = message.entries[0]
+    if (inspected === "Accepted" && first.at !== undefined) oldestAt = Math.min(oldestAt ?? first.at, first.at)
+    if (entries.length >= limit || !wanted.has(inspected) || first.seq <= afterSeq) continue
+    const attempts = state.deadLetters.get(message.messageId)?.attempts ?? 0
+    const payload = Rules.joinedPayload(message.entries)
+    entries.push({ messageId: message.messageId, seq: first.seq, state: inspected, attempts, at: first.at, payload })
+  }
+  const backlog = Backlog.summary(state.backlog, isStored(state))
+  if (backlog.oldestAt !== undefined) oldestAt = Math.min(oldestAt ?? backlog.oldestAt, backlog.oldestAt)
+  if (wanted.has("Backlog") && entries.length < limit) {
+    for (const entry of Backlog.read(state.backlog, limit - entries.length, isStored(state))) {
+      entries.push({ messageId: entry.messageId, seq: undefined, state: "Backlog", attempts: 0, at: entry.enqueuedAt, payload: entry.payload })
+    }
+  }
+  return {
+    backlog: backlog.count,
+    stored: counts.Stored,
+    unconfirmed: counts.Accepted,
+    deadLettered: counts.DeadLettered,
+    oldestAt,
+    entries
+  }
+}
+
 /** A fresh, empty in-memory queue. */
-export const makeMemory: Effect.Effect<DurableProducerQueueService> = Effect.sync(() => {
-  const state: State = { epoch: 0, currentSeq: 0, confirmedSeq: 0, messages: new Map(), live: [] }
+export const makeMemory: Effect.Effect<DurableProducerQueueService> = Effect.map(Backlog.make, (backlog) => {
+  const state: State = { epoch: 0, currentSeq: 0, messages: new Map(), open: new Map(), deadLetters: new Map(), backlog }
   return {
     load: Effect.sync(() => load(state)),
     store: (epoch, request) => Effect.map(storeWhole(state, epoch, [request], false), (results) => results[0]),
-    storeChunked: (epoch, messageId, chunks) => storeChunked(state, epoch, messageId, chunks),
+    storeChunked: (epoch, messageId, chunks, options) => storeChunked(state, epoch, messageId, chunks, options),
     storeBatch: (epoch, requests) => storeWhole(state, epoch, requests, false),
     accept: (epoch, messageId) => Effect.suspend(() => accept(state, epoch, [messageId])),
     acceptBatch: (epoch, messageIds) => Effect.suspend(() => accept(state, epoch, messageIds)),
     confirm: (epoch, upToSeq) => Effect.suspend(() => confirm(state, epoch, upToSeq)),
-    storeAccepted: (epoch, requests) => storeWhole(state, epoch, requests, true)
+    storeAccepted: (epoch, requests) => storeWhole(state, epoch, requests, true),
+    deadLetter: (epoch, request) => Effect.suspend(() => deadLetter(state, epoch, request)),
+    enqueue: (requests) => Effect.suspend(() => Backlog.enqueue(state.backlog, requests, isStored(state))),
+    backlog: (limit) => Effect.sync(() => Backlog.read(state.backlog, limit, isStored(state))),
+    backlogSignal: Backlog.signals(state.backlog),
+    deadLetters: (options) => Effect.sync(() => deadLetters(state, options)),
+    requeueDeadLetter: (messageId) => requeueDeadLetter(state, messageId),
+    discardDeadLetter: (messageId) => Effect.sync(() => discardDeadLetter(state, messageId)),
+    inspect: (options) => Effect.sync(() => inspect(state, options))
   }
 })
 

@@ -8,25 +8,45 @@
  * resubmission answers `alreadyStored` with `confirmed: true` (and an empty payload) instead of
  * being dispatched again. The tombstone index grows with the number of distinct jobs stored.
  */
-import { Effect, Either, Layer } from "effect"
-import type { QueueEpoch, StoreRequest } from "./DurableProducerQueue.js"
-import type { DurableWorkQueueService, WorkLoadResult, WorkStoreResult } from "./DurableWorkQueue.js"
+import { Clock, Effect, Either, Layer } from "effect"
+import type {
+  DeadLetter,
+  DeadLetterRequest,
+  DeadLettersOptions,
+  InspectedEntry,
+  InspectOptions,
+  QueueEpoch,
+  QueueInspection,
+  StoreRequest
+} from "./DurableProducerQueue.js"
+import type { DurableWorkQueueService, FailureRequest, WorkLoadResult, WorkStoreResult } from "./DurableWorkQueue.js"
 import { DurableWorkQueue } from "./DurableWorkQueue.js"
-import { checkEpoch, compactEntry } from "./internal/ProducerQueueRules.js"
+import { backlogEntry, pageSize, wantedStates } from "./internal/BacklogRules.js"
+import * as Backlog from "./internal/MemoryBacklog.js"
+import { checkEpoch, compactEntry, makeEntry } from "./internal/ProducerQueueRules.js"
 import type { StoredJob } from "./internal/WorkQueueRules.js"
 import * as Rules from "./internal/WorkQueueRules.js"
 import type { QueueConflict, QueueFenced } from "./QueueErrors.js"
 
+interface DeadLetterRecord {
+  readonly lastError: string
+  readonly deadAt: number
+}
+
 interface State {
   epoch: number
   currentSeq: number
-  /** Every job ever stored, by message id. */
+  /** Every job stored and not requeued, by message id, in store (seq) order. */
   readonly jobs: Map<string, StoredJob>
-  /** Jobs not confirmed yet, by seq; a Map iterates in insertion order, which is seq order. */
+  /** Jobs neither confirmed nor dead-lettered, by seq; a Map iterates in insertion order, which is seq order. */
   readonly open: Map<number, string>
+  readonly deadLetters: Map<string, DeadLetterRecord>
+  readonly backlog: Backlog.MemoryBacklog
 }
 
 const lookupIn = (state: State) => (messageId: string): StoredJob | undefined => state.jobs.get(messageId)
+
+const isStored = (state: State) => (messageId: string): boolean => state.jobs.has(messageId)
 
 const load = (state: State): WorkLoadResult => {
   state.epoch += 1
@@ -48,7 +68,7 @@ const store = (
   const rejected = Rules.validateStore(requests) ?? checkEpoch(state.epoch, epoch)
   if (rejected !== undefined) return Either.left(rejected)
   // the queue keeps its own copy of every payload
-  const copies = requests.map((request) => ({ messageId: request.messageId, payload: request.payload.slice() }))
+  const copies = requests.map((request) => ({ ...request, payload: request.payload.slice() }))
   const plan = (accept ? Rules.planStoreAccepted : Rules.planStore)(state.currentSeq, lookupIn(state), copies)
   for (const job of plan.appended) {
     state.jobs.set(job.entry.messageId, job)
@@ -56,6 +76,7 @@ const store = (
   }
   for (const job of plan.accepts) state.jobs.set(job.entry.messageId, { ...job, state: "Accepted" })
   state.currentSeq = plan.currentSeq
+  Backlog.take(state.backlog, requests.filter((request) => request.fromBacklog === true).map((request) => request.messageId))
   return Either.right(plan.results)
 }
 
@@ -90,9 +111,116 @@ const confirm = (
   })
 }
 
+const recordFailures = (
+  state: State,
+  epoch: QueueEpoch,
+  requests: ReadonlyArray<FailureRequest>
+): Either.Either<void, QueueFenced | QueueConflict> => {
+  const fenced = checkEpoch(state.epoch, epoch)
+  if (fenced !== undefined) return Either.left(fenced)
+  return Either.map(Rules.planFailures(lookupIn(state), requests), (failures) => {
+    for (const { attempts, messageId, notBefore } of failures) {
+      const { entry } = state.jobs.get(messageId)!
+      const updated = makeEntry(entry.seq, entry.messageId, entry.payload, undefined, { ...entry, attempts, notBefore })
+      state.jobs.set(messageId, { entry: updated, state: "Accepted" })
+    }
+  })
+}
+
+const deadLetter = (
+  state: State,
+  epoch: QueueEpoch,
+  request: DeadLetterRequest
+): Either.Either<void, QueueFenced | QueueConflict> => {
+  const fenced = checkEpoch(state.epoch, epoch)
+  if (fenced !== undefined) return Either.left(fenced)
+  return Either.map(Rules.planDeadLetter(lookupIn(state), request), (job) => {
+    if (job === undefined) return
+    const { entry } = job
+    const updated = makeEntry(entry.seq, entry.messageId, entry.payload, undefined, { ...entry, attempts: request.attempts })
+    state.jobs.set(request.messageId, { entry: updated, state: "DeadLettered" })
+    state.open.delete(entry.seq)
+    state.deadLetters.set(request.messageId, { lastError: request.lastError, deadAt: request.at })
+  })
+}
+
+const deadLetterOf = (job: StoredJob, record: DeadLetterRecord): DeadLetter => {
+  const { entry } = job
+  const deadLetter: { -readonly [K in keyof DeadLetter]: DeadLetter[K] } = {
+    messageId: entry.messageId,
+    seq: entry.seq,
+    payload: entry.payload,
+    attempts: entry.attempts ?? 0,
+    lastError: record.lastError,
+    deadAt: record.deadAt
+  }
+  if (entry.at !== undefined) deadLetter.at = entry.at
+  if (entry.trace !== undefined) deadLetter.trace = entry.trace
+  return deadLetter
+}
+
+const deadLetters = (state: State, options: DeadLettersOptions): ReadonlyArray<DeadLetter> => {
+  const afterSeq = options.afterSeq ?? 0
+  const found: Array<DeadLetter> = []
+  for (const [messageId, record] of state.deadLetters) {
+    const job = state.jobs.get(messageId)!
+    if (job.entry.seq > afterSeq) found.push(deadLetterOf(job, record))
+  }
+  return found.sort((a, b) => a.seq - b.seq).slice(0, pageSize(options.limit))
+}
+
+const requeueDeadLetter = (state: State, messageId: string): Effect.Effect<boolean> =>
+  Effect.suspend(() => {
+    const record = state.deadLetters.get(messageId)
+    if (record === undefined) return Effect.succeed(false)
+    const letter = deadLetterOf(state.jobs.get(messageId)!, record)
+    state.deadLetters.delete(messageId)
+    state.jobs.delete(messageId)
+    return Effect.flatMap(Clock.currentTimeMillis, (now) =>
+      Effect.as(Backlog.append(state.backlog, backlogEntry(messageId, letter.payload, letter.at ?? now, letter.trace)), true))
+  })
+
+const discardDeadLetter = (state: State, messageId: string): boolean => {
+  if (!state.deadLetters.delete(messageId)) return false
+  const job = state.jobs.get(messageId)!
+  state.jobs.set(messageId, { entry: compactEntry(job.entry), state: "Confirmed" })
+  return true
+}
+
+const inspect = (state: State, options: InspectOptions): QueueInspection => {
+  const wanted = wantedStates(options.states)
+  const limit = pageSize(options.limit)
+  const afterSeq = options.afterSeq ?? 0
+  const counts = { Stored: 0, Accepted: 0, Confirmed: 0, DeadLettered: 0 }
+  const entries: Array<InspectedEntry> = []
+  let oldestAt: number | undefined
+  for (const { entry, state: jobState } of state.jobs.values()) {
+    counts[jobState] += 1
+    if (jobState === "Accepted" && entry.at !== undefined) oldestAt = Math.min(oldestAt ?? entry.at, entry.at)
+    if (entries.length >= limit || !wanted.has(jobState) || entry.seq <= afterSeq) continue
+    const { at, attempts, messageId, payload, seq } = entry
+    entries.push({ messageId, seq, state: jobState, attempts: attempts ?? 0, at, payload })
+  }
+  const backlog = Backlog.summary(state.backlog, isStored(state))
+  if (backlog.oldestAt !== undefined) oldestAt = Math.min(oldestAt ?? backlog.oldestAt, backlog.oldestAt)
+  if (wanted.has("Backlog") && entries.length < limit) {
+    for (const entry of Backlog.read(state.backlog, limit - entries.length, isStored(state))) {
+      entries.push({ messageId: entry.messageId, seq: undefined, state: "Backlog", attempts: 0, at: entry.enqueuedAt, payload: entry.payload })
+    }
+  }
+  return {
+    backlog: backlog.count,
+    stored: counts.Stored,
+    unconfirmed: counts.Accepted,
+    deadLettered: counts.DeadLettered,
+    oldestAt,
+    entries
+  }
+}
+
 /** A fresh, empty in-memory work queue. */
-export const makeWorkMemory: Effect.Effect<DurableWorkQueueService> = Effect.sync(() => {
-  const state: State = { epoch: 0, currentSeq: 0, jobs: new Map(), open: new Map() }
+export const makeWorkMemory: Effect.Effect<DurableWorkQueueService> = Effect.map(Backlog.make, (backlog) => {
+  const state: State = { epoch: 0, currentSeq: 0, jobs: new Map(), open: new Map(), deadLetters: new Map(), backlog }
   return {
     load: Effect.sync(() => load(state)),
     store: (epoch, request) => Effect.map(Effect.suspend(() => store(state, epoch, [request], false)), (results) => results[0]),
@@ -101,7 +229,17 @@ export const makeWorkMemory: Effect.Effect<DurableWorkQueueService> = Effect.syn
     acceptBatch: (epoch, messageIds) => Effect.suspend(() => accept(state, epoch, messageIds)),
     confirmMessage: (epoch, messageId) => Effect.suspend(() => confirm(state, epoch, [messageId])),
     confirmBatch: (epoch, messageIds) => Effect.suspend(() => confirm(state, epoch, messageIds)),
-    storeAccepted: (epoch, requests) => Effect.suspend(() => store(state, epoch, requests, true))
+    storeAccepted: (epoch, requests) => Effect.suspend(() => store(state, epoch, requests, true)),
+    recordFailure: (epoch, request) => Effect.suspend(() => recordFailures(state, epoch, [request])),
+    recordFailureBatch: (epoch, requests) => Effect.suspend(() => recordFailures(state, epoch, requests)),
+    deadLetter: (epoch, request) => Effect.suspend(() => deadLetter(state, epoch, request)),
+    enqueue: (requests) => Effect.suspend(() => Backlog.enqueue(state.backlog, requests, isStored(state))),
+    backlog: (limit) => Effect.sync(() => Backlog.read(state.backlog, limit, isStored(state))),
+    backlogSignal: Backlog.signals(state.backlog),
+    deadLetters: (options) => Effect.sync(() => deadLetters(state, options)),
+    requeueDeadLetter: (messageId) => requeueDeadLetter(state, messageId),
+    discardDeadLetter: (messageId) => Effect.sync(() => discardDeadLetter(state, messageId)),
+    inspect: (options) => Effect.sync(() => inspect(state, options))
   }
 })
 

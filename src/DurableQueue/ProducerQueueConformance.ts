@@ -25,6 +25,8 @@ import type { DurableProducerQueueService } from "./DurableProducerQueue.js"
 import type { DurableQueueError } from "./QueueErrors.js"
 import * as SeededRandom from "../internal/SeededRandom.js"
 import type { ConformanceOptions, EntryView, Outcome } from "./internal/ConformanceSupport.js"
+import type { AdaptedResult, OperatorAdapter } from "./internal/OperatorConformance.js"
+import { operatorTests } from "./internal/OperatorConformance.js"
 import {
   bytes,
   failureTag,
@@ -48,6 +50,8 @@ interface ResultView {
   readonly alreadyStored: boolean
   readonly accepted: boolean
   readonly entries: ReadonlyArray<EntryView>
+  /** Present (true) only for a dead letter. */
+  readonly deadLettered?: true
 }
 
 interface StateView {
@@ -60,7 +64,8 @@ const viewResult = (result: StoreResult): ResultView => ({
   messageId: result.messageId,
   alreadyStored: result.alreadyStored,
   accepted: result.accepted,
-  entries: result.entries.map(viewEntry)
+  entries: result.entries.map(viewEntry),
+  ...(result.deadLettered === true ? { deadLettered: true as const } : {})
 })
 
 const viewState = (state: DurableQueueState): StateView => ({
@@ -73,17 +78,20 @@ const viewState = (state: DurableQueueState): StateView => ({
 const allowCompacted = (
   actual: ReadonlyArray<ResultView>,
   expected: ReadonlyArray<ResultView>,
-  confirmedSeq: number
+  isConfirmed: (seq: number) => boolean
 ): ReadonlyArray<ResultView> =>
   actual.map((result, i) => ({
     ...result,
     entries: result.entries.map((entry, j) => {
       const original = expected[i]?.entries[j]
-      return entry.payload === "" && entry.seq <= confirmedSeq && original !== undefined
+      return entry.payload === "" && isConfirmed(entry.seq) && original !== undefined
         ? { ...entry, payload: original.payload }
         : entry
     })
   }))
+
+/** Entries at or below `seq` count as confirmed (for tests whose every entry there is). */
+const upTo = (seq: number) => (entrySeq: number): boolean => entrySeq <= seq
 
 // ---- the model: the contract as a few pure functions ----------------------------------------
 
@@ -96,24 +104,34 @@ interface ModelMessage {
 interface Model {
   readonly epoch: number
   readonly currentSeq: number
-  readonly confirmedSeq: number
   readonly messages: ReadonlyMap<string, ModelMessage>
+  /** The seqs of confirmed entries. */
+  readonly confirmed: ReadonlySet<number>
 }
 
-const emptyModel: Model = { epoch: 0, currentSeq: 0, confirmedSeq: 0, messages: new Map() }
+const emptyModel: Model = { epoch: 0, currentSeq: 0, messages: new Map(), confirmed: new Set() }
 
 const fencing = (model: Model, epoch: number): string | undefined =>
   epoch < model.epoch ? "QueueFenced" : epoch > model.epoch ? "QueueConflict" : undefined
+
+/** The highest seq h such that every entry at or below it is confirmed (or a hole). */
+const modelLowMark = (model: Model): number => {
+  let low = model.currentSeq
+  for (const message of model.messages.values()) {
+    for (const entry of message.entries) if (!model.confirmed.has(entry.seq)) low = Math.min(low, entry.seq - 1)
+  }
+  return low
+}
 
 const modelLoad = (model: Model): [Model, StateView] => {
   const unconfirmed = [...model.messages.values()]
     .filter((message) => message.accepted)
     .flatMap((message) => message.entries)
-    .filter((entry) => entry.seq > model.confirmedSeq)
+    .filter((entry) => !model.confirmed.has(entry.seq))
     .sort((a, b) => a.seq - b.seq)
   return [
     { ...model, epoch: model.epoch + 1 },
-    { currentSeq: model.currentSeq, confirmedSeq: model.confirmedSeq, unconfirmed }
+    { currentSeq: model.currentSeq, confirmedSeq: modelLowMark(model), unconfirmed }
   ]
 }
 
@@ -206,11 +224,17 @@ const modelStoreAccepted = (
   return [next, { ok: results }]
 }
 
+/** Confirms every accepted entry up to `upToSeq`; stored ones are untouched. */
 const modelConfirm = (model: Model, epoch: number, upToSeq: number): [Model, Outcome<void>] => {
   const fenced = fencing(model, epoch)
   if (fenced !== undefined) return [model, { error: fenced }]
   if (upToSeq > model.currentSeq) return [model, { error: "QueueConflict" }]
-  return [{ ...model, confirmedSeq: Math.max(model.confirmedSeq, upToSeq) }, { ok: undefined }]
+  const confirmed = new Set(model.confirmed)
+  for (const message of model.messages.values()) {
+    if (!message.accepted) continue
+    for (const entry of message.entries) if (entry.seq <= upToSeq) confirmed.add(entry.seq)
+  }
+  return [{ ...model, confirmed }, { ok: undefined }]
 }
 
 // ---- running operations against a queue ------------------------------------------------------
@@ -262,7 +286,7 @@ const runStep = (queue: DurableProducerQueueService, model: Model, writer: Write
           ? yield* outcome(queue.storeBatch(epoch, step.requests), (results) => results.map(viewResult))
           : yield* outcome(queue.store(epoch, step.requests[0]), (result) => [viewResult(result)])
         const lenient = "ok" in actual && "ok" in expected
-          ? { ok: allowCompacted(actual.ok, expected.ok, model.confirmedSeq) }
+          ? { ok: allowCompacted(actual.ok, expected.ok, (seq) => model.confirmed.has(seq)) }
           : actual
         return [next, lenient as Outcome<unknown>, expected as Outcome<unknown>] as const
       }
@@ -270,7 +294,7 @@ const runStep = (queue: DurableProducerQueueService, model: Model, writer: Write
         const [next, expected] = modelStoreChunked(model, writer.model, step.messageId, step.chunks)
         const actual = yield* outcome(queue.storeChunked(epoch, step.messageId, step.chunks), viewResult)
         const lenient = "ok" in actual && "ok" in expected
-          ? { ok: allowCompacted([actual.ok], [expected.ok], model.confirmedSeq)[0] }
+          ? { ok: allowCompacted([actual.ok], [expected.ok], (seq) => model.confirmed.has(seq))[0] }
           : actual
         return [next, lenient as Outcome<unknown>, expected as Outcome<unknown>] as const
       }
@@ -290,7 +314,7 @@ const runStep = (queue: DurableProducerQueueService, model: Model, writer: Write
         const [next, expected] = modelStoreAccepted(model, writer.model, step.requests)
         const actual = yield* outcome(queue.storeAccepted!(epoch, step.requests), (results) => results.map(viewResult))
         const lenient = "ok" in actual && "ok" in expected
-          ? { ok: allowCompacted(actual.ok, expected.ok, model.confirmedSeq) }
+          ? { ok: allowCompacted(actual.ok, expected.ok, (seq) => model.confirmed.has(seq)) }
           : actual
         return [next, lenient as Outcome<unknown>, expected as Outcome<unknown>] as const
       }
@@ -583,11 +607,11 @@ const chunkedTests = ({ fresh }: Suite) =>
         const { epoch: next, state } = yield* queue.load
         expect(viewState(state)).toEqual({ currentSeq: 3, confirmedSeq: 3, unconfirmed: [] })
         const again = yield* queue.store(next, { messageId: "w", payload: bytes("other") })
-        expect(allowCompacted([viewResult(again)], [viewResult(whole)], 3)).toEqual([
+        expect(allowCompacted([viewResult(again)], [viewResult(whole)], upTo(3))).toEqual([
           { ...viewResult(whole), alreadyStored: true, accepted: true }
         ])
         const againChunked = yield* queue.storeChunked(next, "c", [bytes("x")])
-        expect(allowCompacted([viewResult(againChunked)], [viewResult(chunked)], 3)).toEqual([
+        expect(allowCompacted([viewResult(againChunked)], [viewResult(chunked)], upTo(3))).toEqual([
           { ...viewResult(chunked), alreadyStored: true, accepted: true }
         ])
         expect(yield* failureTag(queue.store(next, { messageId: "c", payload: bytes("c") }))).toBe("QueueChunkedBatch")
@@ -634,10 +658,136 @@ const acceptConfirmTests = ({ fresh }: Suite) =>
         expect(yield* failureTag(queue.confirm(epoch, 1))).toBe("QueueConflict")
         yield* queue.storeBatch(epoch, [{ messageId: "a", payload: bytes("a") }, { messageId: "b", payload: bytes("b") }])
         expect(yield* failureTag(queue.confirm(epoch, 3))).toBe("QueueConflict")
+        // confirming stored, never accepted entries is fine, but confirms nothing
         yield* queue.confirm(epoch, 2)
+        expect((yield* queue.load).state.confirmedSeq).toBe(0)
+        const { epoch: next } = yield* queue.load
+        yield* queue.acceptBatch(next, ["a", "b"])
+        yield* queue.confirm(next, 2)
         expect((yield* queue.load).state.confirmedSeq).toBe(2)
       }))
   })
+
+/** `storeAccepted`, or where the queue lacks it `storeBatch` then `acceptBatch`. */
+const storeAndAccept = (queue: DurableProducerQueueService, epoch: QueueEpoch, requests: ReadonlyArray<StoreRequest>) =>
+  queue.storeAccepted === undefined
+    ? Effect.flatMap(queue.storeBatch(epoch, requests), (results) =>
+      Effect.as(queue.acceptBatch(epoch, requests.map((request) => request.messageId)), results))
+    : queue.storeAccepted(epoch, requests)
+
+/** The reload edge: a message accepted after a later one was confirmed is loaded and confirmed later. */
+const perEntryConfirmTests = ({ fresh }: Suite) =>
+  describe("per-entry confirmation", () => {
+    const a = { seq: 1, messageId: "a", payload: hex(bytes("a")), chunk: null }
+
+    for (const restarts of [false, true]) {
+      it.scoped(`a stored entry below a confirm is untouched, then loaded once accepted${restarts ? " (restarts between the steps)" : ""}`, () =>
+        Effect.gen(function*() {
+          const queue = yield* fresh
+          let { epoch } = yield* queue.load
+          const restart = Effect.gen(function*() {
+            if (restarts) epoch = (yield* queue.load).epoch
+          })
+          yield* queue.store(epoch, { messageId: "a", payload: bytes("a") })
+          yield* restart
+          yield* storeAndAccept(queue, epoch, [{ messageId: "b", payload: bytes("b") }])
+          yield* restart
+          yield* queue.confirm(epoch, 2)
+          yield* restart
+          yield* queue.accept(epoch, "a")
+          const loaded = yield* queue.load
+          epoch = loaded.epoch
+          expect(viewState(loaded.state)).toEqual({ currentSeq: 2, confirmedSeq: 0, unconfirmed: [a] })
+          yield* restart
+          yield* queue.confirm(epoch, 2)
+          expect(viewState((yield* queue.load).state)).toEqual({ currentSeq: 2, confirmedSeq: 2, unconfirmed: [] })
+        }))
+    }
+
+    it.scoped("the low mark stops below the first stored or accepted entry; holes and dead letters do not hold it", () =>
+      Effect.gen(function*() {
+        const queue = yield* fresh
+        const { epoch } = yield* queue.load
+        yield* storeAndAccept(queue, epoch, ["a", "b", "c", "d"].map((id) => ({ messageId: id, payload: bytes(id) })))
+        yield* queue.store(epoch, { messageId: "e", payload: bytes("e") })
+        yield* queue.deadLetter(epoch, { messageId: "a", attempts: 1, lastError: "x", at: 1 })
+        yield* queue.confirm(epoch, 2)
+        expect((yield* queue.load).state.confirmedSeq).toBe(2)
+        const { epoch: next } = yield* queue.load
+        yield* queue.deadLetter(next, { messageId: "c", attempts: 1, lastError: "x", at: 1 })
+        yield* queue.confirm(next, 5)
+        const { state } = yield* queue.load
+        expect([state.confirmedSeq, state.unconfirmed.map((entry) => entry.messageId)]).toEqual([4, []])
+      }))
+
+    it.scoped("a confirm leaves dead letters alone; a confirm below the low mark does nothing", () =>
+      Effect.gen(function*() {
+        const queue = yield* fresh
+        const { epoch } = yield* queue.load
+        yield* storeAndAccept(queue, epoch, ["a", "b"].map((id) => ({ messageId: id, payload: bytes(id) })))
+        yield* queue.deadLetter(epoch, { messageId: "a", attempts: 1, lastError: "x", at: 1 })
+        yield* queue.confirm(epoch, 2)
+        yield* queue.confirm(epoch, 1)
+        const letters = yield* queue.deadLetters({ limit: 10 })
+        expect(letters.map((letter) => [letter.messageId, hex(letter.payload)])).toEqual([["a", hex(bytes("a"))]])
+        expect(viewState((yield* queue.load).state)).toEqual({ currentSeq: 2, confirmedSeq: 2, unconfirmed: [] })
+      }))
+
+    it.scoped("a store keeps the message's send time and trace; load returns them", () =>
+      Effect.gen(function*() {
+        const queue = yield* fresh
+        const { epoch } = yield* queue.load
+        yield* queue.store(epoch, { messageId: "a", payload: bytes("a"), at: 123, trace: "00-abc-01" })
+        yield* queue.storeChunked(epoch, "c", [bytes("1"), bytes("2")], { at: 456 })
+        yield* queue.acceptBatch(epoch, ["a", "c"])
+        const { state } = yield* queue.load
+        expect(state.unconfirmed.map(viewEntry)).toEqual([
+          { ...a, at: 123, trace: "00-abc-01" },
+          { seq: 2, messageId: chunkMessageId("c", 0, 2), payload: hex(bytes("1")), chunk: { first: true, last: false }, at: 456 },
+          { seq: 3, messageId: chunkMessageId("c", 1, 2), payload: hex(bytes("2")), chunk: { first: false, last: true }, at: 456 }
+        ])
+      }))
+
+    it.scoped("a chunked message is dead-lettered whole: one dead letter, its chunks joined", () =>
+      Effect.gen(function*() {
+        const queue = yield* fresh
+        const { epoch } = yield* queue.load
+        yield* queue.store(epoch, { messageId: "before", payload: bytes("b") })
+        yield* queue.storeChunked(epoch, "big", [bytes("12"), bytes("34"), bytes("5")], { trace: "t" })
+        yield* queue.accept(epoch, "big")
+        yield* queue.deadLetter(epoch, { messageId: "big", attempts: 4, lastError: "too big", at: 9 })
+        const letters = yield* queue.deadLetters({ limit: 10 })
+        expect(letters.map((letter) => ({ ...letter, payload: hex(letter.payload) }))).toEqual([
+          { messageId: "big", seq: 2, payload: hex(bytes("12345")), attempts: 4, lastError: "too big", deadAt: 9, trace: "t" }
+        ])
+        expect(yield* queue.requeueDeadLetter("big")).toBe(true)
+        expect((yield* queue.backlog(10)).map((entry) => [entry.messageId, hex(entry.payload), entry.trace])).toEqual([
+          ["big", hex(bytes("12345")), "t"]
+        ])
+      }))
+  })
+
+/** The shared backlog, dead-letter and inspection cases, through a point-to-point adapter. */
+const adapter = (fresh: Fresh): OperatorAdapter<DurableProducerQueueService> => {
+  const adapted = (result: StoreResult): AdaptedResult => ({
+    messageId: result.messageId,
+    seq: result.entries[0].seq,
+    payload: result.entries[0].payload,
+    alreadyStored: result.alreadyStored,
+    accepted: result.accepted,
+    deadLettered: result.deadLettered === true
+  })
+  return {
+    kind: "producer queue",
+    fresh,
+    load: (queue) => Effect.map(queue.load, ({ epoch, state }) => ({ epoch, loaded: state.unconfirmed })),
+    store: (queue, epoch, request) => Effect.map(queue.store(epoch, request), adapted),
+    storeAccepted: (queue, epoch, requests) => Effect.map(storeAndAccept(queue, epoch, requests), (results) => results.map(adapted)),
+    accept: (queue, epoch, messageId) => queue.accept(epoch, messageId),
+    confirm: (queue, epoch, message) => queue.confirm(epoch, message.seq),
+    deadLetter: (queue, epoch, request) => queue.deadLetter(epoch, request)
+  }
+}
 
 const fencingTests = ({ fresh, seeds, steps }: Suite) =>
   describe("fencing", () => {
@@ -992,5 +1142,7 @@ export const producerQueueConformance = (
     batchTests(suite)
     storeAcceptedTests(suite)
     modelTests(suite)
+    perEntryConfirmTests(suite)
+    operatorTests(adapter(fresh))
   })
 }

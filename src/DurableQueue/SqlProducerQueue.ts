@@ -31,6 +31,7 @@ import type {
   DurableProducerQueueService,
   LoadResult,
   QueueEpoch,
+  QueueOperatorService,
   StoredEntry,
   StoreRequest,
   StoreResult
@@ -140,7 +141,9 @@ const decodeMessages = (rows: ReadonlyArray<EntryRow>): Map<string, StoredMessag
           messageId: row.business_id,
           entries: [entry],
           chunked: toNumber(row.part_count) > 0,
-          accepted: toNumber(row.accepted) === 1
+          accepted: toNumber(row.accepted) === 1,
+          deadLettered: false,
+          confirmed: false
         }
         : { ...found, entries: [...found.entries, entry] }
     )
@@ -152,7 +155,7 @@ const decodeMessages = (rows: ReadonlyArray<EntryRow>): Map<string, StoredMessag
 const decodeAcceptance = (rows: ReadonlyArray<AcceptanceRow>): Map<string, StoredMessage> =>
   new Map(rows.map((row) => [
     row.business_id,
-    { messageId: row.business_id, entries: [], chunked: false, accepted: toNumber(row.accepted) === 1 }
+    { messageId: row.business_id, entries: [], chunked: false, accepted: toNumber(row.accepted) === 1, deadLettered: false, confirmed: false }
   ]))
 
 /** The seqs of every entry of `ids` among `rows`. */
@@ -525,9 +528,24 @@ export const makeSql = (
       accept: (epoch, messageId) => accept(queue, "accept", epoch, [messageId]),
       acceptBatch: (epoch, messageIds) => accept(queue, "acceptBatch", epoch, messageIds),
       confirm: (epoch, upToSeq) => confirm(queue, epoch, upToSeq),
-      storeAccepted: (epoch, requests) => storeWhole(queue, "storeAccepted", epoch, requests, true)
+      storeAccepted: (epoch, requests) => storeWhole(queue, "storeAccepted", epoch, requests, true),
+      deadLetter: () => notYet("deadLetter"),
+      ...pendingOperators
     }
   })
+
+/** Until the SQL queues implement them (the next commit): every new operation fails. */
+const notYet = (operation: string) =>
+  Effect.fail(new QueueBackendError({ operation, cause: new Error(`${operation} is not implemented on SQL yet`) }))
+
+export const pendingOperators: QueueOperatorService = {
+  enqueue: () => notYet("enqueue"),
+  backlog: () => notYet("backlog"),
+  deadLetters: () => notYet("deadLetters"),
+  requeueDeadLetter: () => notYet("requeueDeadLetter"),
+  discardDeadLetter: () => notYet("discardDeadLetter"),
+  inspect: () => notYet("inspect")
+}
 
 /** The SQL producer queue as a layer; the tables are created (if missing) when it is built. */
 export const layerSql = (

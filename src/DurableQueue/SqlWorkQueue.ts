@@ -50,7 +50,7 @@ import type { JobState, StoredJob } from "./internal/WorkQueueRules.js"
 import * as Rules from "./internal/WorkQueueRules.js"
 import type { QueueConflict, QueueFenced, QueueRejected } from "./QueueErrors.js"
 import { QueueBackendError } from "./QueueErrors.js"
-import { checkSqlQueueOptions } from "./SqlProducerQueue.js"
+import { checkSqlQueueOptions, pendingOperators } from "./SqlProducerQueue.js"
 import type { SqlQueueOptions } from "./SqlProducerQueue.js"
 import type { ReliableConfigError } from "../Protocol/Errors.js"
 
@@ -423,7 +423,11 @@ export const makeWorkSql = (
       acceptBatch: (epoch, messageIds) => advance(queue, "acceptBatch", epoch, messageIds, Accepted),
       confirmMessage: (epoch, messageId) => advance(queue, "confirmMessage", epoch, [messageId], Confirmed),
       confirmBatch: (epoch, messageIds) => advance(queue, "confirmBatch", epoch, messageIds, Confirmed),
-      storeAccepted: (epoch, requests) => store(queue, "storeAccepted", epoch, requests, true)
+      storeAccepted: (epoch, requests) => store(queue, "storeAccepted", epoch, requests, true),
+      recordFailure: () => Effect.fail(new QueueBackendError({ operation: "recordFailure", cause: new Error("not implemented on SQL yet") })),
+      recordFailureBatch: () => Effect.fail(new QueueBackendError({ operation: "recordFailureBatch", cause: new Error("not implemented on SQL yet") })),
+      deadLetter: () => Effect.fail(new QueueBackendError({ operation: "deadLetter", cause: new Error("not implemented on SQL yet") })),
+      ...pendingOperators
     }
   })
 

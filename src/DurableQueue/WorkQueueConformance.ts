@@ -20,7 +20,7 @@ import { Context, Effect, Either, Layer } from "effect"
 import type { Scope } from "effect"
 import * as SeededRandom from "../internal/SeededRandom.js"
 import type { QueueEpoch, StoreRequest } from "./DurableProducerQueue.js"
-import type { DurableWorkQueueService, WorkQueueState, WorkStoreResult } from "./DurableWorkQueue.js"
+import type { DurableWorkQueueService, FailureRequest, WorkQueueState, WorkStoreResult } from "./DurableWorkQueue.js"
 import { DurableWorkQueue } from "./DurableWorkQueue.js"
 import type { ConformanceOptions, EntryView, Outcome } from "./internal/ConformanceSupport.js"
 import {
@@ -36,6 +36,8 @@ import {
   warmUp,
   withSeed
 } from "./internal/ConformanceSupport.js"
+import type { AdaptedResult, OperatorAdapter } from "./internal/OperatorConformance.js"
+import { operatorTests } from "./internal/OperatorConformance.js"
 import type { DurableQueueError } from "./QueueErrors.js"
 
 export type { ConformanceOptions } from "./internal/ConformanceSupport.js"
@@ -47,6 +49,8 @@ interface ResultView {
   readonly alreadyStored: boolean
   readonly accepted: boolean
   readonly confirmed: boolean
+  /** Present (true) only for a dead letter. */
+  readonly deadLettered?: true
 }
 
 interface StateView {
@@ -58,7 +62,8 @@ const viewResult = (result: WorkStoreResult): ResultView => ({
   entry: viewEntry(result.entry),
   alreadyStored: result.alreadyStored,
   accepted: result.accepted,
-  confirmed: result.confirmed
+  confirmed: result.confirmed,
+  ...(result.deadLettered === true ? { deadLettered: true as const } : {})
 })
 
 const viewState = (state: WorkQueueState): StateView => ({
@@ -737,6 +742,102 @@ const modelTests = ({ fresh, seeds, steps }: Suite) =>
     }
   })
 
+/** `storeAccepted`, or where the queue lacks it `storeBatch` then `acceptBatch`. */
+const storeAndAccept = (queue: DurableWorkQueueService, epoch: QueueEpoch, requests: ReadonlyArray<StoreRequest>) =>
+  queue.storeAccepted === undefined
+    ? Effect.flatMap(queue.storeBatch(epoch, requests), (results) =>
+      Effect.as(queue.acceptBatch(epoch, requests.map((request) => request.messageId)), results))
+    : queue.storeAccepted(epoch, requests)
+
+const failureTests = ({ fresh }: Suite) =>
+  describe("failed attempts", () => {
+    const failure = (messageId: string, attempts: number, notBefore: number): FailureRequest => ({
+      messageId,
+      attempts,
+      lastError: `failed ${attempts}`,
+      notBefore
+    })
+
+    it.scoped("recordFailure keeps the attempts and retry time of an accepted job; load returns them", () =>
+      Effect.gen(function*() {
+        const queue = yield* fresh
+        const { epoch } = yield* queue.load
+        yield* queue.storeBatch(epoch, ["a", "b"].map((id) => ({ messageId: id, payload: bytes(id) })))
+        yield* queue.acceptBatch(epoch, ["a", "b"])
+        yield* queue.recordFailure(epoch, failure("a", 1, 1_000))
+        yield* queue.recordFailure(epoch, failure("a", 2, 3_000))
+        const { epoch: next, state } = yield* queue.load
+        expect(viewState(state)).toEqual({
+          currentSeq: 2,
+          pending: [{ ...job(1, "a", "a"), attempts: 2, notBefore: 3_000 }, job(2, "b", "b")]
+        })
+        // a resubmission answers with the job as it is now
+        expect(viewResult(yield* queue.store(next, { messageId: "a", payload: bytes("x") })).entry)
+          .toEqual({ ...job(1, "a", "a"), attempts: 2, notBefore: 3_000 })
+      }))
+
+    it.scoped("recordFailure of an unknown or never accepted job is QueueConflict; a finished job ignores it", () =>
+      Effect.gen(function*() {
+        const queue = yield* fresh
+        const { epoch } = yield* queue.load
+        yield* queue.storeBatch(epoch, ["a", "b", "c"].map((id) => ({ messageId: id, payload: bytes(id) })))
+        yield* queue.acceptBatch(epoch, ["b", "c"])
+        expect(yield* failureTag(queue.recordFailure(epoch, failure("nope", 1, 1)))).toBe("QueueConflict")
+        expect(yield* failureTag(queue.recordFailure(epoch, failure("a", 1, 1)))).toBe("QueueConflict")
+        expect(yield* failureTag(queue.recordFailure(epoch, failure("b", 0, 1)))).toBe("QueueConflict")
+        yield* queue.confirmMessage(epoch, "b")
+        yield* queue.deadLetter(epoch, { messageId: "c", attempts: 3, lastError: "boom", at: 5 })
+        yield* queue.recordFailure(epoch, failure("b", 1, 1))
+        yield* queue.recordFailure(epoch, failure("c", 9, 1))
+        expect((yield* queue.deadLetters({ limit: 10 })).map((letter) => [letter.messageId, letter.attempts])).toEqual([["c", 3]])
+        expect((yield* queue.load).state.pending).toEqual([])
+      }))
+
+    it.scoped("recordFailureBatch equals one-by-one calls; a failed batch writes nothing; a stale epoch is fenced", () =>
+      Effect.gen(function*() {
+        const batched = yield* fresh
+        const single = yield* fresh
+        const failures = [failure("a", 1, 10), failure("b", 1, 20), failure("a", 2, 30)]
+        for (const queue of [batched, single]) {
+          const { epoch } = yield* queue.load
+          yield* storeAndAccept(queue, epoch, ["a", "b", "c"].map((id) => ({ messageId: id, payload: bytes(id) })))
+        }
+        const { epoch: batchEpoch } = yield* batched.load
+        const { epoch: singleEpoch } = yield* single.load
+        expect(yield* failureTag(batched.recordFailureBatch(batchEpoch, [failure("c", 1, 1), failure("nope", 1, 1)])))
+          .toBe("QueueConflict")
+        yield* batched.recordFailureBatch(batchEpoch, failures)
+        for (const request of failures) yield* single.recordFailure(singleEpoch, request)
+        yield* batched.recordFailureBatch(batchEpoch, [])
+        const a = yield* batched.load
+        expect(viewState(a.state)).toEqual(viewState((yield* single.load).state))
+        expect(viewState(a.state).pending.map((entry) => [entry.messageId, entry.attempts ?? 0])).toEqual([["a", 2], ["b", 1], ["c", 0]])
+        expect(yield* failureTag(batched.recordFailure(batchEpoch, failure("c", 1, 1)))).toBe("QueueFenced")
+      }))
+  })
+
+/** The shared backlog, dead-letter and inspection cases, through a work queue adapter. */
+const adapter = (fresh: Fresh): OperatorAdapter<DurableWorkQueueService> => {
+  const adapted = (result: WorkStoreResult): AdaptedResult => ({
+    messageId: result.entry.messageId,
+    seq: result.entry.seq,
+    payload: result.entry.payload,
+    alreadyStored: result.alreadyStored,
+    accepted: result.accepted,
+    deadLettered: result.deadLettered === true
+  })
+  return {
+    kind: "work queue",
+    fresh,
+    load: (queue) => Effect.map(queue.load, ({ epoch, state }) => ({ epoch, loaded: state.pending })),
+    store: (queue, epoch, request) => Effect.map(queue.store(epoch, request), adapted),
+    storeAccepted: (queue, epoch, requests) => Effect.map(storeAndAccept(queue, epoch, requests), (results) => results.map(adapted)),
+    accept: (queue, epoch, messageId) => queue.accept(epoch, messageId),
+    confirm: (queue, epoch, message) => queue.confirmMessage(epoch, message.messageId),
+    deadLetter: (queue, epoch, request) => queue.deadLetter(epoch, request)
+  }
+}
+
 /** Registers the conformance tests of a `DurableWorkQueue` implementation. */
 export const workQueueConformance = (
   name: string,
@@ -753,5 +854,7 @@ export const workQueueConformance = (
     batchTests(suite)
     storeAcceptedTests(suite)
     modelTests(suite)
+    failureTests(suite)
+    operatorTests(adapter(fresh))
   })
 }

@@ -59,6 +59,7 @@ export const spyWork = (inner: DurableWorkQueueService): WorkSpy => {
     })
   const storeAccepted = inner.storeAccepted
   const queue: DurableWorkQueueService = {
+    ...inner,
     load: wrap("load", [], inner.load) as DurableWorkQueueService["load"],
     store: (epoch, request) => wrap("store", [request.messageId], inner.store(epoch, request)),
     storeBatch: (epoch, requests) => wrap("storeBatch", requests.map((request) => request.messageId), inner.storeBatch(epoch, requests)),

@@ -19,6 +19,11 @@ export interface EntryView {
   readonly messageId: string
   readonly payload: string
   readonly chunk: ChunkMark | null
+  /** Present only when the entry has them, so plain entries compare as before. */
+  readonly at?: number
+  readonly trace?: string
+  readonly attempts?: number
+  readonly notBefore?: number
 }
 
 export const hex = (bytes: Uint8Array): string =>
@@ -30,7 +35,11 @@ export const viewEntry = (entry: StoredEntry): EntryView => ({
   seq: entry.seq,
   messageId: entry.messageId,
   payload: hex(entry.payload),
-  chunk: entry.chunk === undefined ? null : { first: entry.chunk.first, last: entry.chunk.last }
+  chunk: entry.chunk === undefined ? null : { first: entry.chunk.first, last: entry.chunk.last },
+  ...(entry.at === undefined ? {} : { at: entry.at }),
+  ...(entry.trace === undefined ? {} : { trace: entry.trace }),
+  ...(entry.attempts === undefined || entry.attempts === 0 ? {} : { attempts: entry.attempts }),
+  ...(entry.notBefore === undefined ? {} : { notBefore: entry.notBefore })
 })
 
 /** What an operation did: its value (as a view) or its error's tag. */

@@ -1,16 +1,19 @@
 /**
  * The rules of the work-pulling durable queue as pure functions over plain data, shared by the
- * in-memory queue and the SQL queue: first-write-wins stores, acceptance and per-message
- * confirmation. Fencing is `checkEpoch` from the producer rules.
+ * in-memory queue and the SQL queue: first-write-wins stores, acceptance, per-message
+ * confirmation, failed attempts and dead letters. Fencing is `checkEpoch` from the producer rules.
  */
 import { Either } from "effect"
-import type { StoredEntry, StoreRequest } from "../DurableProducerQueue.js"
-import type { WorkStoreResult } from "../DurableWorkQueue.js"
+import type { DeadLetterRequest, StoredEntry, StoreRequest } from "../DurableProducerQueue.js"
+import type { FailureRequest, WorkStoreResult } from "../DurableWorkQueue.js"
 import { QueueConflict } from "../QueueErrors.js"
-import { distinct, makeEntry } from "./ProducerQueueRules.js"
+import { checkDeadLetterRequest, checkDetails, distinct, isTime, makeEntry } from "./ProducerQueueRules.js"
 
-/** A job's life: stored, then accepted, then confirmed (its payload may then be compacted away). */
-export type JobState = "Stored" | "Accepted" | "Confirmed"
+/**
+ * A job's life: stored, then accepted, then confirmed (its payload may then be compacted away),
+ * or dead-lettered instead of confirmed (its payload kept).
+ */
+export type JobState = "Stored" | "Accepted" | "Confirmed" | "DeadLettered"
 
 export interface StoredJob {
   readonly entry: StoredEntry
@@ -28,17 +31,25 @@ export interface WorkStorePlan {
 
 export type JobLookup = (messageId: string) => StoredJob | undefined
 
-export const validateStore = (requests: ReadonlyArray<StoreRequest>): QueueConflict | undefined =>
-  requests.some((request) => request.messageId.length === 0)
-    ? new QueueConflict({ message: "message id must not be empty" })
-    : undefined
+export const validateStore = (requests: ReadonlyArray<StoreRequest>): QueueConflict | undefined => {
+  for (const request of requests) {
+    if (request.messageId.length === 0) return new QueueConflict({ message: "message id must not be empty" })
+    const invalid = checkDetails(request.messageId, request)
+    if (invalid !== undefined) return invalid
+  }
+  return undefined
+}
 
 export const storeResult = (job: StoredJob, alreadyStored: boolean): WorkStoreResult => ({
   entry: job.entry,
   alreadyStored,
   accepted: job.state !== "Stored",
-  confirmed: job.state === "Confirmed"
+  confirmed: job.state === "Confirmed",
+  deadLettered: job.state === "DeadLettered"
 })
+
+const newEntry = (seq: number, request: StoreRequest): StoredEntry =>
+  makeEntry(seq, request.messageId, request.payload, undefined, { at: request.at, trace: request.trace })
 
 /** First write wins; new jobs take the next seqs in request order. */
 export const planStore = (
@@ -57,7 +68,7 @@ export const planStore = (
       continue
     }
     seq += 1
-    const job: StoredJob = { entry: makeEntry(seq, request.messageId, request.payload), state: "Stored" }
+    const job: StoredJob = { entry: newEntry(seq, request), state: "Stored" }
     pending.set(request.messageId, job)
     appended.push(job)
     results.push(storeResult(job, false))
@@ -91,7 +102,7 @@ export const planStoreAccepted = (
       continue
     }
     seq += 1
-    const entry = makeEntry(seq, request.messageId, request.payload)
+    const entry = newEntry(seq, request)
     results.push(storeResult({ entry, state: "Stored" }, false))
     const job: StoredJob = { entry, state: "Accepted" }
     seen.set(request.messageId, job)
@@ -116,7 +127,7 @@ export const planAccept = (
   return Either.right(toAccept)
 }
 
-/** Every id must be stored and accepted; returns the ids still to confirm. */
+/** Every id must be stored and accepted; returns the ids still to confirm (not dead letters). */
 export const planConfirm = (
   lookup: JobLookup,
   messageIds: ReadonlyArray<string>
@@ -133,4 +144,64 @@ export const planConfirm = (
     if (found.state === "Accepted") toConfirm.push(messageId)
   }
   return Either.right(toConfirm)
+}
+
+/** Checks a failure report's fields. */
+const checkFailure = (request: FailureRequest): QueueConflict | undefined => {
+  const problem = !Number.isSafeInteger(request.attempts) || request.attempts < 1
+    ? `attempts must be a positive integer, got ${request.attempts}`
+    : typeof request.lastError !== "string"
+    ? "lastError must be a string"
+    : !isTime(request.notBefore)
+    ? `notBefore must be milliseconds since the Unix epoch, got ${request.notBefore}`
+    : undefined
+  return problem === undefined ? undefined : new QueueConflict({ message: `failure of job ${request.messageId}: ${problem}` })
+}
+
+/**
+ * Decides failure reports: every job must be stored and accepted; returns the reports to keep
+ * (the last one per job), leaving out jobs that finished (confirmed or dead-lettered) meanwhile.
+ */
+export const planFailures = (
+  lookup: JobLookup,
+  requests: ReadonlyArray<FailureRequest>
+): Either.Either<ReadonlyArray<FailureRequest>, QueueConflict> => {
+  const kept = new Map<string, FailureRequest>()
+  for (const request of requests) {
+    const invalid = checkFailure(request)
+    if (invalid !== undefined) return Either.left(invalid)
+    const found = lookup(request.messageId)
+    if (found === undefined) {
+      return Either.left(new QueueConflict({ message: `cannot record a failure of unknown job ${request.messageId}` }))
+    }
+    if (found.state === "Stored") {
+      return Either.left(new QueueConflict({ message: `cannot record a failure of job ${request.messageId}: it was never accepted` }))
+    }
+    if (found.state === "Accepted") {
+      kept.delete(request.messageId)
+      kept.set(request.messageId, request)
+    }
+  }
+  return Either.right([...kept.values()])
+}
+
+/**
+ * Decides a dead letter: the job to mark, or undefined when it is one already. An unknown or
+ * confirmed job (whose payload may be gone) is a conflict.
+ */
+export const planDeadLetter = (
+  lookup: JobLookup,
+  request: DeadLetterRequest
+): Either.Either<StoredJob | undefined, QueueConflict> => {
+  const invalid = checkDeadLetterRequest(request)
+  if (invalid !== undefined) return Either.left(invalid)
+  const found = lookup(request.messageId)
+  if (found === undefined) {
+    return Either.left(new QueueConflict({ message: `cannot dead-letter unknown job ${request.messageId}` }))
+  }
+  if (found.state === "DeadLettered") return Either.right(undefined)
+  if (found.state === "Confirmed") {
+    return Either.left(new QueueConflict({ message: `cannot dead-letter job ${request.messageId}: it is confirmed` }))
+  }
+  return Either.right(found)
 }

@@ -12,7 +12,7 @@
 import { Effect } from "effect"
 import type { Fiber } from "effect"
 import type { ReliableDeliveryStage } from "../Protocol/Failure.js"
-import type { DurableProducerQueueService, QueueEpoch, StoreResult } from "../DurableQueue/DurableProducerQueue.js"
+import type { DurableProducerQueueService, QueueEpoch, StoreRequest, StoreResult } from "../DurableQueue/DurableProducerQueue.js"
 import type { DurableQueueError } from "../DurableQueue/QueueErrors.js"
 import type { HealthReporter } from "../internal/EndpointHealth.js"
 import * as LaneRunner from "./internal/LaneRunner.js"
@@ -20,7 +20,7 @@ import type { ProducerAction, ProducerEvent } from "./ProducerMachine.js"
 
 export type QueueRetryPolicy = LaneRunner.QueueRetryPolicy
 
-export type LaneAction = Extract<ProducerAction, { readonly _tag: "Load" | "Store" | "Accept" | "PersistConfirm" }>
+export type LaneAction = Extract<ProducerAction, { readonly _tag: "Load" | "Store" | "Accept" | "PersistConfirm" | "DeadLetter" }>
 
 export interface DurableLaneOptions {
   readonly queue: DurableProducerQueueService
@@ -53,6 +53,15 @@ export interface DurableLane {
 type StoreAction = Extract<ProducerAction, { readonly _tag: "Store" }>
 type StoreItem = StoreAction["items"][number]
 
+/** A whole message's store request, with what comes with it. */
+const wholeRequest = (item: StoreItem): StoreRequest => ({
+  messageId: item.messageId,
+  payload: item.chunks[0],
+  fromBacklog: item.fromBacklog,
+  at: item.at,
+  trace: item.trace
+})
+
 export const make = (options: DurableLaneOptions): DurableLane => {
   const { queue } = options
   let epoch: QueueEpoch = 0
@@ -62,7 +71,7 @@ export const make = (options: DurableLaneOptions): DurableLane => {
     item.chunks.length > 1
       ? queue.storeChunked(epoch, item.messageId, item.chunks)
       : Effect.catchTag(
-        queue.store(epoch, { messageId: item.messageId, payload: item.chunks[0] }),
+        queue.store(epoch, wholeRequest(item)),
         "QueueChunkedBatch",
         // The first write of this id is a chunked batch: recover it instead of appending.
         () => queue.storeChunked(epoch, item.messageId, item.chunks)
@@ -73,7 +82,7 @@ export const make = (options: DurableLaneOptions): DurableLane => {
     const oneByOne = Effect.forEach(items, storeOne)
     if (items.length === 1 || items.some((item) => item.chunks.length > 1)) return oneByOne
     return Effect.catchTag(
-      queue.storeBatch(epoch, items.map((item) => ({ messageId: item.messageId, payload: item.chunks[0] }))),
+      queue.storeBatch(epoch, items.map(wholeRequest)),
       "QueueChunkedBatch",
       () => oneByOne
     )
@@ -119,7 +128,7 @@ export const make = (options: DurableLaneOptions): DurableLane => {
     if (fused === undefined || action.items.some((item) => item.chunks.length > 1)) return storeThenAccept(action, guard)
     let retried = false
     let chunked = false
-    const attempt = fused(epoch, action.items.map((item) => ({ messageId: item.messageId, payload: item.chunks[0] }))).pipe(
+    const attempt = fused(epoch, action.items.map(wholeRequest)).pipe(
       Effect.tapError(() =>
         Effect.sync(() => {
           retried = true
@@ -158,6 +167,12 @@ export const make = (options: DurableLaneOptions): DurableLane => {
         )
       case "PersistConfirm":
         return guard("Confirm", queue.confirm(epoch, action.upToStoreSeq), () => undefined)
+      case "DeadLetter":
+        return guard(
+          "Store",
+          queue.deadLetter(epoch, { messageId: action.messageId, attempts: action.attempts, lastError: action.lastError, at: action.at }),
+          () => options.completed((now) => ({ _tag: "DeadLetterRecorded", seq: action.seq, now }))
+        )
     }
   }
 

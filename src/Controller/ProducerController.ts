@@ -73,7 +73,7 @@ export const verifyConsumer = (record: EndpointRecord | undefined, producer: str
 const unsendable = (fit: FrameFit.FrameFit, message: Envelope["message"]) =>
   message._tag === "SequencedMessage" ? fit.sequenced(message.messageId, message.payload.length) : undefined
 
-const laneActions: ReadonlySet<string> = new Set(["Load", "Store", "Accept", "PersistConfirm"])
+const laneActions: ReadonlySet<string> = new Set(["Load", "Store", "Accept", "PersistConfirm", "DeadLetter"])
 
 const machine: ProducerShell.ShellMachine<Machine.ProducerState, Machine.ProducerEvent, Machine.ProducerAction> = {
   step: Machine.step,

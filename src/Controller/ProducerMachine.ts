@@ -131,7 +131,7 @@ export type ProducerAction =
   | {
     readonly _tag: "Store"
     readonly token: string
-    readonly items: ReadonlyArray<{ readonly messageId: string; readonly chunks: ReadonlyArray<Uint8Array> }>
+    readonly items: ReadonlyArray<StoreItem>
     /** Accept them in the same durable step (the producer acknowledged with the produce). */
     readonly accept: boolean
   }
@@ -147,6 +147,15 @@ export type ProducerAction =
   }
   | { readonly _tag: "Fail"; readonly stage: ReliableDeliveryStage; readonly cause: unknown }
   | { readonly _tag: "Dropped"; readonly reason: DropReason }
+
+/** A message to store: its parts (one unless chunked) and what comes with it. */
+export interface StoreItem {
+  readonly messageId: string
+  readonly chunks: ReadonlyArray<Uint8Array>
+  readonly fromBacklog?: boolean | undefined
+  readonly at?: number | undefined
+  readonly trace?: string | undefined
+}
 
 /** Why an input was ignored; the shell counts these. */
 export type DropReason = "StaleSession" | "UnboundSender" | "UnverifiedSender" | "NotRunning"
@@ -558,7 +567,13 @@ const onProduce = (
     out.push({
       _tag: "Store",
       token: grant.token,
-      items: items.map((item) => ({ messageId: item.messageId, chunks: split(item.payload, s.config.chunkSize) })),
+      items: items.map((item): StoreItem => ({
+        messageId: item.messageId,
+        chunks: split(item.payload, s.config.chunkSize),
+        fromBacklog: item.fromBacklog,
+        at: item.at,
+        trace: item.trace
+      })),
       accept: acknowledged
     })
     return
@@ -656,7 +671,7 @@ const onStoreCompleted = (
   }))
   const known = results.map((result, index) =>
     result.alreadyStored && (
-      ProducerHandshake.acceptedBefore(storing, retried, result.accepted) || isHeld(s, result.messageId) ||
+      result.deadLettered === true || ProducerHandshake.acceptedBefore(storing, retried, result.accepted) || isHeld(s, result.messageId) ||
       (result.accepted && isConfirmed(s, result)) || repeatsEarlier(results, index)
     )
   )

@@ -19,7 +19,7 @@ import type { HealthReporter } from "../internal/EndpointHealth.js"
 import * as LaneRunner from "./internal/LaneRunner.js"
 import type { WorkAction, WorkEvent } from "./WorkPullingMachine.js"
 
-export type LaneAction = Extract<WorkAction, { readonly _tag: "Load" | "Store" | "Accept" | "ConfirmJobs" }>
+export type LaneAction = Extract<WorkAction, { readonly _tag: "Load" | "Store" | "Accept" | "ConfirmJobs" | "RecordFailure" | "DeadLetter" }>
 type StoreAction = Extract<WorkAction, { readonly _tag: "Store" }>
 
 export interface WorkLaneOptions {
@@ -108,6 +108,19 @@ export const make = (options: WorkLaneOptions): WorkLane => {
           "Accept",
           acceptAll(action.messageIds),
           () => options.completed((now) => ({ _tag: "AcceptCompleted", token: action.token, now }))
+        )
+      case "RecordFailure":
+        return guard(
+          "Store",
+          queue.recordFailure(epoch, { messageId: action.messageId, attempts: action.attempts, lastError: action.lastError, notBefore: action.notBefore }),
+          () => undefined
+        )
+      case "DeadLetter":
+        return guard(
+          "Store",
+          queue.deadLetter(epoch, { messageId: action.messageId, attempts: action.attempts, lastError: action.lastError, at: action.at }),
+          () =>
+            options.completed((now) => ({ _tag: "DeadLetterRecorded", worker: action.worker, sessionId: action.sessionId, seq: action.seq, now }))
         )
       case "ConfirmJobs":
         return guard(

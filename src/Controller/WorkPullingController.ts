@@ -40,7 +40,7 @@ export interface WorkPullingController<A> extends ProducerController<A> {
 export const verifyWorker = (record: EndpointRecord | undefined, producer: string, sender: ControllerAddress): boolean =>
   record !== undefined && record.kind === "Worker" && record.peer === producer && sameAddress(record.address, sender)
 
-const laneActions: ReadonlySet<string> = new Set(["Load", "Store", "Accept", "ConfirmJobs"])
+const laneActions: ReadonlySet<string> = new Set(["Load", "Store", "Accept", "ConfirmJobs", "RecordFailure", "DeadLetter"])
 
 const machine: ProducerShell.ShellMachine<Machine.WorkState, Machine.WorkEvent, Machine.WorkAction> = {
   step: Machine.step,

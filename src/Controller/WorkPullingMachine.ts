@@ -680,7 +680,7 @@ const onStoreCompleted = (
     jobs.push({ storeSeq: entry.seq, messageId: entry.messageId, payload: entry.payload })
     known.push(
       alreadyStored && (
-        confirmed || Handshake.acceptedBefore(storing, retried, accepted) || isHeld(s, entry.messageId) ||
+        confirmed || results[index].deadLettered === true || Handshake.acceptedBefore(storing, retried, accepted) || isHeld(s, entry.messageId) ||
         jobs.some((job, other) => other < index && job.messageId === entry.messageId)
       )
     )
@@ -743,7 +743,14 @@ const onLoaded = (s: Draft, loaded: WorkQueueState, now: number, out: Out): void
   if (s.phase !== "Loading") return
   s.phase = "Running"
   s.lastStoreSeq = loaded.currentSeq
-  s.pool = SeqLog.from(loaded.pending.map((entry): Job => ({ storeSeq: entry.seq, messageId: entry.messageId, payload: entry.payload })))
+  // A job that failed before keeps its attempt count, and waits for its retry time if it has one.
+  const ready: Array<Job> = []
+  for (const entry of loaded.pending) {
+    const job: Job = { storeSeq: entry.seq, messageId: entry.messageId, payload: entry.payload, attempt: (entry.attempts ?? 0) + 1 }
+    if (entry.notBefore !== undefined && entry.notBefore > now) retryLater(s, job, entry.notBefore)
+    else ready.push(job)
+  }
+  s.pool = SeqLog.from(ready)
   for (const pending of s.registrationsWhileLoading) onRegister(s, pending.address, pending.nonce, out)
   s.registrationsWhileLoading = []
   offerGrantIfDue(s, now, out)

@@ -111,7 +111,7 @@ export const make = <A>(options: CallsOptions<A>): Calls<A> => {
       if (invalid !== undefined) return Either.left(invalid)
       const refused = options.refuse?.(item.messageId, item.payload.length)
       if (refused !== undefined) return Either.left(refused)
-      if (copy !== undefined) (prepared ??= new Array(items.length))[index] = { messageId: item.messageId, payload: copy(item.payload) }
+      if (copy !== undefined) (prepared ??= new Array(items.length))[index] = { ...item, payload: copy(item.payload) }
     }
     return Either.right(prepared ?? items)
   }

@@ -76,6 +76,12 @@ export interface HandshakeDraft<M> {
 export interface ProduceItem {
   readonly messageId: string
   readonly payload: Uint8Array
+  /** Taken from the queue's backlog: storing it removes it from there, in the same transaction. */
+  readonly fromBacklog?: boolean | undefined
+  /** When it was sent or enqueued (clock millis), kept with it for lag. */
+  readonly at?: number | undefined
+  /** The sender's trace context, kept with it so a reload keeps the trace. */
+  readonly trace?: string | undefined
 }
 
 /** The contract events every producer-side machine takes, in the same shape. */

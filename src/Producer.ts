@@ -50,6 +50,11 @@ export interface ProducerOptions<A, I> {
    */
   readonly drainTimeout?: Duration.DurationInput
   /**
+   * How often the durable queue's backlog (`enqueue`, writers) is read when nothing says it has
+   * news; PostgreSQL queues signal new backlog at once, SQLite ones are only polled. Default 1s.
+   */
+  readonly backlogPollInterval?: Duration.DurationInput
+  /**
    * The remoting address of the node hosting the consumer (a remoting-only flow); needs a socket
    * transport. Default: the consumer is on this system.
    */
@@ -70,6 +75,7 @@ const producerKeys = Config.optionKeys<ProducerOptions<unknown, unknown>>({
   queueTimeout: true,
   queueBackoff: true,
   drainTimeout: true,
+  backlogPollInterval: true,
   remoteConsumer: true
 })
 
@@ -88,7 +94,8 @@ const checkOptions = <A, I>(options: ProducerOptions<A, I>) =>
     retryInterval: Config.checkInterval("retryInterval", options.retryInterval, Config.DefaultRetryInterval),
     chunkSize: Config.checkChunkSize(options.chunkSize),
     queueRetry: Config.checkQueuePolicy(options),
-    drainTimeout: Config.checkDrainTimeout(options.drainTimeout)
+    drainTimeout: Config.checkDrainTimeout(options.drainTimeout),
+    backlogPollInterval: Config.checkInterval("backlogPollInterval", options.backlogPollInterval, Config.DefaultBacklogPollInterval)
   }))
 
 /** A point-to-point producer endpoint. */
@@ -115,11 +122,12 @@ export const make = <A, I>(
       drainTimeout: checked.drainTimeout,
       consumerNode
     }
-    const endpoint = yield* ProducerEndpoint.make(
+    const endpoint = yield* ProducerEndpoint.make({
       system,
-      { name: checked.name, kind: "Producer", peer: checked.consumer, address: undefined },
+      record: { name: checked.name, kind: "Producer", peer: checked.consumer, address: undefined },
       codec,
-      (hooks) => ProducerController.make(settings, codec, system, hooks)
-    )
+      start: (hooks) => ProducerController.make(settings, codec, system, hooks),
+      backlog: ProducerEndpoint.backlogOf(options.durableQueue, checked)
+    })
     return endpoint.producer
   })

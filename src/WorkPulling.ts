@@ -57,6 +57,11 @@ export interface ProducerOptions<A, I> {
    * restart redelivers nothing that was confirmed; default 5 seconds.
    */
   readonly drainTimeout?: Duration.DurationInput
+  /**
+   * How often the durable queue's backlog (`enqueue`, writers) is read when nothing says it has
+   * news; PostgreSQL queues signal new backlog at once, SQLite ones are only polled. Default 1s.
+   */
+  readonly backlogPollInterval?: Duration.DurationInput
 }
 
 export interface WorkerOptions<A, I> {
@@ -98,7 +103,8 @@ const producerKeys = Config.optionKeys<ProducerOptions<unknown, unknown>>({
   queueRetry: true,
   queueTimeout: true,
   queueBackoff: true,
-  drainTimeout: true
+  drainTimeout: true,
+  backlogPollInterval: true
 })
 
 const noPeerAddresses = "work-pulling does not support peer addresses; a worker set spanning nodes requires cluster mode"
@@ -137,7 +143,8 @@ const checkProducerOptions = <A, I>(options: ProducerOptions<A, I>) =>
       deliveryConfirmation: Config.checkFlag("deliveryConfirmation", options.deliveryConfirmation),
       retryInterval: Config.checkInterval("retryInterval", options.retryInterval, Config.DefaultRetryInterval),
       queueRetry: Config.checkQueuePolicy(options),
-      drainTimeout: Config.checkDrainTimeout(options.drainTimeout)
+      drainTimeout: Config.checkDrainTimeout(options.drainTimeout),
+    backlogPollInterval: Config.checkInterval("backlogPollInterval", options.backlogPollInterval, Config.DefaultBacklogPollInterval)
     })
   )
 
@@ -161,18 +168,19 @@ export const producer = <A, I>(
       queueRetry: checked.queueRetry,
       drainTimeout: checked.drainTimeout
     }
-    const endpoint = yield* ProducerEndpoint.make(
+    const endpoint = yield* ProducerEndpoint.make({
       system,
-      { name: checked.name, kind: "WorkProducer", peer: undefined, address: undefined },
+      record: { name: checked.name, kind: "WorkProducer", peer: undefined, address: undefined },
       codec,
-      (hooks) => WorkPullingController.make(settings, codec, system, hooks),
-      (current, degraded) => ({
+      start: (hooks) => WorkPullingController.make(settings, codec, system, hooks),
+      details: (current, degraded) => ({
         workStats: () => {
           const stats = current()?.workStats()
           return stats === undefined ? undefined : { ...stats, degraded: degraded() }
         }
-      })
-    )
+      }),
+      backlog: ProducerEndpoint.backlogOf(options.durableWorkQueue, checked)
+    })
     return endpoint.producer
   })
 

@@ -9,7 +9,7 @@ export * as ReliableSystem from "./ReliableSystem.js"
 export * as Transport from "./Transport.js"
 export * as WorkPulling from "./WorkPulling.js"
 export type { Delivery } from "./Protocol/Contract.js"
-export { DeliveryConfirmed, Produced, RequestNext, ReservedMessageIdPrefix, Stored, StoredAck } from "./Protocol/Contract.js"
+export { DeliveryConfirmed, Enqueued, Produced, RequestNext, ReservedMessageIdPrefix, Stored, StoredAck } from "./Protocol/Contract.js"
 export {
   EndpointClosed,
   EndpointNotFound,

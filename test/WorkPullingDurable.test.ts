@@ -148,7 +148,10 @@ describe("work-pulling with a durable work queue", () => {
             const error = failing(operation)
             return error === undefined ? call(...args) : Effect.fail(error)
           })
+        // Not fused (so store and accept fail apart); the backlog and the rest pass through.
+        const { storeAccepted: _fused, ...unwatched } = queue
         return {
+          ...unwatched,
           load: Effect.suspend(() => {
             const error = failing("load")
             return error === undefined ? queue.load : Effect.fail(error as QueueBackendError)

@@ -12,7 +12,7 @@
 import { Effect } from "effect"
 import type { Fiber } from "effect"
 import type { ReliableDeliveryStage } from "../Protocol/Failure.js"
-import type { DurableProducerQueueService, QueueEpoch, StoreRequest, StoreResult } from "../DurableQueue/DurableProducerQueue.js"
+import type { DurableProducerQueueService, QueueEpoch, StoreOptions, StoreRequest, StoreResult } from "../DurableQueue/DurableProducerQueue.js"
 import type { DurableQueueError } from "../DurableQueue/QueueErrors.js"
 import type { HealthReporter } from "../internal/EndpointHealth.js"
 import * as LaneRunner from "./internal/LaneRunner.js"
@@ -53,14 +53,11 @@ export interface DurableLane {
 type StoreAction = Extract<ProducerAction, { readonly _tag: "Store" }>
 type StoreItem = StoreAction["items"][number]
 
-/** A whole message's store request, with what comes with it. */
-const wholeRequest = (item: StoreItem): StoreRequest => ({
-  messageId: item.messageId,
-  payload: item.chunks[0],
-  fromBacklog: item.fromBacklog,
-  at: item.at,
-  trace: item.trace
-})
+/** What comes with a message's store: where it came from, its send time and trace. */
+const storeOptions = (item: StoreItem): StoreOptions => ({ fromBacklog: item.fromBacklog, at: item.at, trace: item.trace })
+
+/** A whole message's store request. */
+const wholeRequest = (item: StoreItem): StoreRequest => ({ messageId: item.messageId, payload: item.chunks[0], ...storeOptions(item) })
 
 export const make = (options: DurableLaneOptions): DurableLane => {
   const { queue } = options
@@ -69,12 +66,12 @@ export const make = (options: DurableLaneOptions): DurableLane => {
 
   const storeOne = (item: StoreItem): Effect.Effect<StoreResult, DurableQueueError> =>
     item.chunks.length > 1
-      ? queue.storeChunked(epoch, item.messageId, item.chunks)
+      ? queue.storeChunked(epoch, item.messageId, item.chunks, storeOptions(item))
       : Effect.catchTag(
         queue.store(epoch, wholeRequest(item)),
         "QueueChunkedBatch",
         // The first write of this id is a chunked batch: recover it instead of appending.
-        () => queue.storeChunked(epoch, item.messageId, item.chunks)
+        () => queue.storeChunked(epoch, item.messageId, item.chunks, storeOptions(item))
       )
 
   // No retries in here: the lane's guard retries the whole store, which first-write-wins makes safe.

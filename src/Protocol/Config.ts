@@ -15,6 +15,9 @@ export const MaxWindow = 10_000
 export const DefaultResendInterval: Duration.Duration = Duration.seconds(2)
 /** Producer controller cadence for re-offering an unanswered `RequestNext` or unacknowledged `Stored`. */
 export const DefaultRetryInterval: Duration.Duration = Duration.millis(500)
+
+/** How often a durable producer reads its backlog when nothing says it has news (writers in other processes, SQLite). */
+export const DefaultBacklogPollInterval = Duration.seconds(1)
 /** Durable queue operations: attempts before the controller restarts, and the pause between them. */
 export const DefaultQueueRetryAttempts = 3
 export const DefaultQueueRetryInterval: Duration.Duration = Duration.millis(100)

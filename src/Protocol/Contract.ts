@@ -71,6 +71,23 @@ export class Stored {
   }
 }
 
+/**
+ * A message committed to a durable queue's backlog by `enqueue`: it is durable, and the flow
+ * delivers it in backlog order as demand arrives.
+ */
+export class Enqueued {
+  readonly _tag = "Enqueued"
+  readonly endpoint: string
+  readonly messageId: string
+  /** True when this id was enqueued or stored before: nothing was added (the first write wins). */
+  readonly alreadyStored: boolean
+  constructor(fields: Omit<Enqueued, "_tag">) {
+    this.endpoint = fields.endpoint
+    this.messageId = fields.messageId
+    this.alreadyStored = fields.alreadyStored
+  }
+}
+
 /** Completes the handshake of one message; the controller then emits it to the consumer. */
 export class StoredAck {
   readonly _tag = "StoredAck"

@@ -103,6 +103,15 @@ export interface Consumer<A> {
    */
   readonly deliveries: Stream.Stream<Delivery<A>, EndpointClosed>
   /**
+   * The payloads as the first stage of a pipeline: each message is confirmed when the stream
+   * pulls the next one, that is once the stages after it (e.g. `Stream.mapEffect`) have handled
+   * it, so `consumer.stream.pipe(Stream.mapEffect(handle), Stream.runDrain)` confirms what
+   * `handle` finished. The message held when the stream ends (by failure, interruption or
+   * `Stream.take`) is given back unconfirmed and delivered again. A stage that pulls ahead
+   * (`Stream.buffer`, `mapEffect` with concurrency) confirms what it pulled past.
+   */
+  readonly stream: Stream.Stream<A, EndpointClosed>
+  /**
    * Runs `handler` on every delivery (in order; a worker runs up to its `concurrency` at once) and
    * confirms each after it succeeds. A failed attempt is retried after the `retry` delay until
    * `maxAttempts`, then the message is dead-lettered; `onFailure` may decide otherwise. Runs until
@@ -203,9 +212,32 @@ const build = <A>(
         return yield* Effect.flatMap(Fiber.joinAll(fibers), () => Effect.never).pipe(Effect.onExit(() => stopAll))
       })
 
+    /** Confirms the message held when the next is pulled; gives it back when the stream ends. */
+    const stream: Stream.Stream<A, EndpointClosed> = Stream.unwrapScoped(Effect.gen(function*() {
+      let held: Delivery<A> | undefined
+      yield* Effect.addFinalizer(() =>
+        Effect.sync(() => {
+          if (held !== undefined) release(held)
+          held = undefined
+        })
+      )
+      const next = Effect.suspend(() => {
+        const handled = held
+        held = undefined
+        // Taken after the confirmation: its fold hands out the next delivery.
+        const taken = Effect.map(Effect.suspend(() => handoff.take()), (delivery) => {
+          held = delivery
+          return delivery.payload
+        })
+        return handled === undefined ? taken : Effect.zipRight(handled.confirm, taken)
+      })
+      return Stream.repeatEffect(next)
+    }))
+
     return {
       name: settings.endpoint,
       deliveries: Stream.repeatEffect(Effect.suspend(() => handoff.take())),
+      stream,
       run,
       stats: Effect.sync(() => ({ ...(lifecycle.current()?.stats() ?? noStats), ...counted }))
     }

@@ -37,6 +37,8 @@ export class Handoff<D> {
     }
     if (this.closed !== undefined) return Exit.fail(this.closed)
     return Effect.async<D, EndpointClosed>((resume) => {
+      // Something may have been put (or the handoff closed) since `take` was called.
+      if (this.ready.length > 0 || this.closed !== undefined) return resume(this.take() as Exit.Exit<D, EndpointClosed>)
       this.takers.push(resume)
       return Effect.sync(() => {
         const index = this.takers.indexOf(resume)

@@ -19,7 +19,7 @@ import { PendingAnswer } from "../Controller/internal/ProducerCalls.js"
 import type { Answer } from "../Controller/internal/ProducerCalls.js"
 import type { Handshake, ProduceItem } from "../Controller/internal/ProducerHandshake.js"
 import type { RequestNext, Stored } from "../Protocol/Contract.js"
-import { EndpointClosed } from "../Protocol/Errors.js"
+import { EndpointClosed, MessageRejected } from "../Protocol/Errors.js"
 
 /** What the ingress needs of the controller that offered a grant. */
 export interface IngressController {
@@ -92,6 +92,12 @@ interface Batch {
   readonly items: ReadonlyArray<ProduceItem>
   readonly parts: ReadonlyArray<Part>
 }
+
+/** A refusal of a batch of one names its message, so its sender (e.g. a backlog page) can tell which. */
+const named = (error: ProduceError, batch: Batch): ProduceError =>
+  error._tag === "MessageRejected" && error.messageId === undefined && batch.items.length === 1
+    ? new MessageRejected({ endpointName: error.endpointName, messageId: batch.items[0].messageId, cause: error.cause })
+    : error
 
 const isStale = (error: ProduceError) => error._tag === "ProducerContractError" && error.reason === "StaleGrant"
 
@@ -199,7 +205,7 @@ export const make = (options: IngressOptions): Ingress => {
       return
     }
     for (const part of batch.parts) part.entry.next -= part.count
-    const error = answer.left
+    const error = named(answer.left, batch)
     if (closed) return
     if (isStale(error)) return
     // Refused before anything was stored: the grant is still good for the next messages.

@@ -7,25 +7,45 @@
  * mistake fails that call and nothing else), joins the ingress queue, and resolves with its
  * `Stored` once the controller has stored (and, when durable, accepted) it.
  */
-import { Effect, Either, Exit, PubSub, Stream } from "effect"
-import type { Queue, Scope } from "effect"
+import { Chunk, Effect, Either, Exit, FiberSet, PubSub, Sink, Stream } from "effect"
+import type { Duration, Queue, Scope } from "effect"
+import type { QueueRetryPolicy } from "../Controller/internal/LaneRunner.js"
 import type { ProduceError } from "../Controller/internal/ProducerCalls.js"
 import type { ProduceItem } from "../Controller/internal/ProducerHandshake.js"
 import type { ProducerHooks, ProducerSide } from "../Controller/internal/ProducerShell.js"
 import type { ControllerStats, ProducerStats } from "../Controller/ProducerController.js"
-import type { DeliveryConfirmed, Produced, RequestNext, Stored, StoredAck } from "../Protocol/Contract.js"
-import { EndpointClosed, PayloadEncodeError, ProducerContractError } from "../Protocol/Errors.js"
-import type { ReliableConfigError } from "../Protocol/Errors.js"
+import type { QueueOperatorService } from "../DurableQueue/DurableProducerQueue.js"
+import type { QueueBackendError } from "../DurableQueue/QueueErrors.js"
+import type { DeliveryConfirmed, Enqueued, Produced, RequestNext, Stored, StoredAck } from "../Protocol/Contract.js"
+import { EndpointClosed, PayloadEncodeError, ProducerContractError, ReliableConfigError } from "../Protocol/Errors.js"
+import type { MessageRejected } from "../Protocol/Errors.js"
 import { checkMessageId } from "../Protocol/MessageIdRule.js"
 import type { PayloadCodec } from "../Protocol/PayloadCodec.js"
 import type { SystemInternals } from "./SystemInternals.js"
 import type { EndpointDetails, EndpointRecord } from "./EndpointRegistry.js"
+import * as BacklogFeeder from "./BacklogFeeder.js"
 import * as EndpointLifecycle from "./EndpointLifecycle.js"
+import * as EnqueueBatcher from "./EnqueueBatcher.js"
 import * as Ingress from "./Ingress.js"
 import { newMessageId } from "./MessageId.js"
 
 /** Why a call on a producer endpoint can fail. */
 export type SendError = ProduceError | EndpointClosed
+
+/**
+ * Why an `enqueue` can fail: a message id or payload that cannot be sent; the queue refusing a
+ * message's content (`MessageRejected`); the queue not answering within its retries
+ * (`QueueBackendError`: nothing is known to be committed, and enqueueing again is safe, since the
+ * first write of an id wins); the endpoint closed; or an endpoint without a durable queue
+ * (`ReliableConfigError`).
+ */
+export type EnqueueError =
+  | ProducerContractError
+  | PayloadEncodeError
+  | MessageRejected
+  | QueueBackendError
+  | EndpointClosed
+  | ReliableConfigError
 
 export interface SendOptions {
   /** The stable deduplication key; default a fresh time-ordered UUID (version 7). */
@@ -53,6 +73,21 @@ export interface Producer<A> {
    * Results are in input order and identical to sending one by one.
    */
   readonly sendAll: (messages: Iterable<Message<A>>) => Effect.Effect<ReadonlyArray<Stored>, SendError>
+  /**
+   * Durable producers: commits the message to the queue's backlog and resolves once it is
+   * durable, without waiting for demand or for a consumer (or worker) to exist. The flow then
+   * delivers the backlog in order as demand arrives. Concurrent callers share one transaction.
+   */
+  readonly enqueue: (payload: A, options?: SendOptions) => Effect.Effect<Enqueued, EnqueueError>
+  /** Enqueues many messages in one transaction (all or none); results in input order. */
+  readonly enqueueAll: (messages: Iterable<Message<A>>) => Effect.Effect<ReadonlyArray<Enqueued>, EnqueueError>
+  /**
+   * Feeds the flow from a `Stream`: each chunk of the stream goes in as one `sendAll`, so the
+   * stream's own chunking is the batching. Its result is the number of messages sent.
+   */
+  readonly sink: Sink.Sink<number, A, never, SendError>
+  /** As `sink`, with `enqueueAll` (durable producers): a stream fills the backlog at the database's pace. */
+  readonly enqueueSink: Sink.Sink<number, A, never, EnqueueError>
   /** Waits for the next grant (the contract's `RequestNext`), in line with senders. */
   readonly requestNext: Effect.Effect<RequestNext, EndpointClosed>
   /** Answers a grant; resolves with `Stored` once the message is stored. */
@@ -74,16 +109,37 @@ export interface EndpointController<A> extends ProducerSide<A> {
   readonly stats: () => ControllerStats
 }
 
+/** A durable endpoint's backlog: where `enqueue` writes and what the flow takes in. */
+export interface BacklogSettings {
+  readonly queue: QueueOperatorService
+  /** The queue's retry policy, as for the controller's own calls. */
+  readonly retry: QueueRetryPolicy & {
+    readonly timeout: Duration.Duration
+    readonly backoff: { readonly initial: Duration.Duration; readonly max: Duration.Duration }
+  }
+  /** How often the backlog is read when nothing says it has news. */
+  readonly pollInterval: Duration.Duration
+}
+
+/** The backlog settings of an endpoint with a durable queue (none without one). */
+export const backlogOf = (
+  queue: QueueOperatorService | undefined,
+  checked: { readonly queueRetry: BacklogSettings["retry"]; readonly backlogPollInterval: Duration.Duration }
+): BacklogSettings | undefined =>
+  queue === undefined ? undefined : { queue, retry: checked.queueRetry, pollInterval: checked.backlogPollInterval }
+
 /** Starts a controller in the current scope, wired to the endpoint's hooks. */
 export type ControllerStart<A, C extends EndpointController<A>> = (hooks: ProducerHooks) => Effect.Effect<C, never, Scope.Scope>
 
 const noStats: ControllerStats = { sent: 0, resent: 0, confirmed: 0, dropped: 0 }
 
-/** Checks a caller's id (a generated one is fine by construction) and encodes the payload. */
-const encoder = <A>(endpoint: string, codec: PayloadCodec<A>) => {
-  // The controller copies binary payloads into its own snapshot; until then they are the caller's.
-  const asIs = (bytes: Uint8Array) => bytes
-  return (payload: A, messageId: string | undefined): Either.Either<ProduceItem, ProduceError> => {
+/**
+ * Checks a caller's id (a generated one is fine by construction) and encodes the payload;
+ * `binary` is applied to binary payloads (the send path lends them to the controller, which
+ * copies them into its own snapshot; the enqueue path copies them, as the queue keeps them).
+ */
+const encoder = <A>(endpoint: string, codec: PayloadCodec<A>, binary: (bytes: Uint8Array) => Uint8Array) =>
+  (payload: A, messageId: string | undefined): Either.Either<ProduceItem, ProduceError> => {
     if (messageId !== undefined) {
       const problem = checkMessageId(messageId)
       if (problem !== undefined) {
@@ -95,35 +151,90 @@ const encoder = <A>(endpoint: string, codec: PayloadCodec<A>) => {
     if (payload === undefined) {
       return Either.left(new ProducerContractError({ reason: "MissingPayload", message: `message ${id} carries no payload` }))
     }
-    const bytes = codec.encode(payload, asIs)
+    const bytes = codec.encode(payload, binary)
     return Either.isLeft(bytes)
       ? Either.left(new PayloadEncodeError({ endpointName: endpoint, messageId: id, cause: bytes.left }))
       : Either.right({ messageId: id, payload: bytes.right })
   }
+
+/** Encodes every message first: one bad message fails the whole call before anything is sent. */
+const encodeAll = <A>(
+  encode: ReturnType<typeof encoder<A>>,
+  messages: Iterable<Message<A>>
+): Either.Either<Array<ProduceItem>, ProduceError> => {
+  const items: Array<ProduceItem> = []
+  for (const message of messages) {
+    const item = encode(message.payload, message.messageId)
+    if (Either.isLeft(item)) return Either.left(item.left)
+    items.push(item.right)
+  }
+  return Either.right(items)
+}
+
+/** A sink that hands each chunk of its stream to `all` as one call; its result counts the messages. */
+const chunkSink = <A, R, E>(all: (messages: Iterable<Message<A>>) => Effect.Effect<ReadonlyArray<R>, E>): Sink.Sink<number, A, never, E> =>
+  Sink.foldLeftChunksEffect(0, (count, chunk: Chunk.Chunk<A>) =>
+    Effect.as(all(Chunk.map(chunk, (payload) => ({ payload }))), count + chunk.length))
+
+interface Backlog {
+  readonly batcher: EnqueueBatcher.EnqueueBatcher
+  readonly feeder: BacklogFeeder.BacklogFeeder
+}
+
+/** The backlog's two halves: group-committed enqueues in, the feeder taking it into the flow. */
+const startBacklog = (endpoint: string, settings: BacklogSettings, ingress: Ingress.Ingress) =>
+  Effect.gen(function*() {
+    const runFork = yield* FiberSet.makeRuntime<never>()
+    const feeder = yield* BacklogFeeder.start({
+      endpoint,
+      queue: settings.queue,
+      send: (items) => Effect.suspend(() => ingress.send(items)),
+      pollInterval: settings.pollInterval,
+      timeout: settings.retry.timeout,
+      backoff: settings.retry.backoff
+    })
+    const batcher = EnqueueBatcher.make({
+      endpoint,
+      queue: settings.queue,
+      retry: settings.retry,
+      runFork,
+      committed: feeder.hint
+    })
+    const backlog: Backlog = { batcher, feeder }
+    return backlog
+  })
+
+export interface EndpointOptions<A, C extends EndpointController<A>> {
+  readonly system: SystemInternals
+  readonly record: EndpointRecord
+  readonly codec: PayloadCodec<A>
+  readonly start: ControllerStart<A, C>
+  readonly details?: ((current: () => C | undefined, degraded: () => boolean) => EndpointDetails) | undefined
+  /** A durable endpoint's backlog (absent: `enqueue` is refused). */
+  readonly backlog?: BacklogSettings | undefined
 }
 
 export const make = <A, C extends EndpointController<A>>(
-  system: SystemInternals,
-  record: EndpointRecord,
-  codec: PayloadCodec<A>,
-  start: ControllerStart<A, C>,
-  details?: (current: () => C | undefined, degraded: () => boolean) => EndpointDetails
+  options: EndpointOptions<A, C>
 ): Effect.Effect<{ readonly producer: Producer<A>; readonly current: () => C | undefined }, ReliableConfigError, Scope.Scope> =>
   Effect.gen(function*() {
+    const { codec, record, start, system } = options
     const confirmations = yield* Effect.acquireRelease(PubSub.sliding<DeliveryConfirmed>(4096), PubSub.shutdown)
-    const encode = encoder(record.name, codec)
+    const encode = encoder(record.name, codec, (bytes) => bytes)
     let closed = false
     const ingress = Ingress.make({
       endpoint: record.name,
       maxBatch: MaxBatch,
       controllerOf: (grant) => controllerOf(grant)
     })
+    const backlog = options.backlog === undefined ? undefined : yield* startBacklog(record.name, options.backlog, ingress)
     // Added before the controller's lifecycle, so it runs after the controller has closed: a
     // store in flight gets its answer first.
     yield* Effect.addFinalizer(() =>
       Effect.sync(() => {
         closed = true
         ingress.close()
+        backlog?.batcher.close()
       })
     )
     const lifecycle: EndpointLifecycle.Lifecycle<C> = yield* EndpointLifecycle.make<C>({
@@ -132,7 +243,7 @@ export const make = <A, C extends EndpointController<A>>(
       role: "Producer",
       address: (controller) => controller.address,
       onStop: ingress.voidGrant,
-      details: details?.(() => lifecycle.current(), () => lifecycle.health.degradedSince() !== undefined),
+      details: options.details?.(() => lifecycle.current(), () => lifecycle.health.degradedSince() !== undefined),
       start: (stopped, health) =>
         start({
           health,
@@ -141,7 +252,7 @@ export const make = <A, C extends EndpointController<A>>(
             for (const item of confirmed) confirmations.unsafeOffer(item)
           },
           stopped
-        })
+        }).pipe(Effect.tap(() => Effect.sync(() => backlog?.feeder.hint())))
     })
 
     // Added after the lifecycle, so it runs before the controller is closed: a graceful shutdown
@@ -169,14 +280,28 @@ export const make = <A, C extends EndpointController<A>>(
     const sendAll = (messages: Iterable<Message<A>>): Effect.Effect<ReadonlyArray<Stored>, SendError> =>
       Effect.suspend(() => {
         if (closed) return closedError()
-        const items: Array<ProduceItem> = []
-        for (const message of messages) {
-          const item = encode(message.payload, message.messageId)
-          if (Either.isLeft(item)) return Exit.fail(item.left)
-          items.push(item.right)
-        }
-        return items.length === 0 ? Exit.succeed([]) : ingress.send(items)
+        const items = encodeAll(encode, messages)
+        if (Either.isLeft(items)) return Exit.fail(items.left)
+        return items.right.length === 0 ? Exit.succeed([]) : ingress.send(items.right)
       })
+
+    const encodeKept = encoder(record.name, codec, (bytes) => bytes.slice())
+    const noBacklog = () =>
+      Exit.fail(new ReliableConfigError({ option: "durableQueue", message: `${record.name} has no durable queue: enqueue needs one (durableQueue, or durableWorkQueue for work-pulling)` }))
+
+    const enqueueAll = (messages: Iterable<Message<A>>): Effect.Effect<ReadonlyArray<Enqueued>, EnqueueError> =>
+      Effect.suspend((): Effect.Effect<ReadonlyArray<Enqueued>, EnqueueError> => {
+        if (closed) return closedError()
+        if (backlog === undefined) return noBacklog()
+        const items = encodeAll(encodeKept, messages)
+        if (Either.isLeft(items)) return Exit.fail(items.left as ProducerContractError | PayloadEncodeError)
+        if (items.right.length === 0) return Exit.succeed([])
+        return Effect.flatMap(Effect.clockWith((clock) => clock.currentTimeMillis), (at) =>
+          backlog.batcher.enqueue(items.right.map((item) => ({ messageId: item.messageId, payload: item.payload, at }))))
+      })
+
+    const enqueue = (payload: A, options?: SendOptions): Effect.Effect<Enqueued, EnqueueError> =>
+      Effect.map(enqueueAll([options?.messageId === undefined ? { payload } : { payload, messageId: options.messageId }]), (results) => results[0])
 
     const produce = (produced: Produced<A>): Effect.Effect<Stored, SendError> =>
       Effect.suspend((): Effect.Effect<Stored, SendError> => {
@@ -198,6 +323,10 @@ export const make = <A, C extends EndpointController<A>>(
       name: record.name,
       send,
       sendAll,
+      enqueue,
+      enqueueAll,
+      sink: chunkSink(sendAll),
+      enqueueSink: chunkSink(enqueueAll),
       requestNext: ingress.requestNext,
       produce,
       storedAck,

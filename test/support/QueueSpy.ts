@@ -37,10 +37,13 @@ export const spy = (inner: DurableProducerQueueService, options: { readonly fuse
       const millis = delays.get(operation)
       return millis === undefined ? effect : Effect.zipRight(Effect.sleep(Duration.millis(millis)), effect)
     })
+  // Everything not watched (the backlog, dead letters, inspection) passes through.
+  const { storeAccepted: _fused, ...unwatched } = inner
   const queue = {
+    ...unwatched,
     load: wrap("load", undefined, inner.load),
     store: (epoch, request) => wrap("store", request.messageId, inner.store(epoch, request)),
-    storeChunked: (epoch, messageId, chunks) => wrap("storeChunked", messageId, inner.storeChunked(epoch, messageId, chunks)),
+    storeChunked: (epoch, messageId, chunks, options) => wrap("storeChunked", messageId, inner.storeChunked(epoch, messageId, chunks, options)),
     storeBatch: (epoch, requests) => wrap("storeBatch", requests.map((request) => request.messageId), inner.storeBatch(epoch, requests)),
     accept: (epoch, messageId) => wrap("accept", messageId, inner.accept(epoch, messageId)),
     acceptBatch: (epoch, messageIds) => wrap("acceptBatch", messageIds, inner.acceptBatch(epoch, messageIds)),

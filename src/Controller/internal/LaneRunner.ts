@@ -84,10 +84,10 @@ const retriable = (error: DurableQueueError) => !isTerminal(error) && error._tag
  * Retries backend errors under the policy; terminal errors, refusals and chunked-batch answers
  * pass at once. The first attempt runs bare: the retry schedule is set up only after a failure.
  */
-export const retrying = <A>(retry: QueueRetryPolicy, effect: Effect.Effect<A, DurableQueueError>) => {
+export const retrying = <A, E extends DurableQueueError>(retry: QueueRetryPolicy, effect: Effect.Effect<A, E>): Effect.Effect<A, E> => {
   if (retry.attempts <= 1) return effect
   const again = Effect.retry(effect, { schedule: Schedule.spaced(retry.interval), times: retry.attempts - 2, while: retriable })
-  return Effect.catchIf(effect, retriable, () => Effect.zipRight(Effect.sleep(retry.interval), again))
+  return Effect.catchIf(effect, (error: E) => retriable(error), () => Effect.zipRight(Effect.sleep(retry.interval), again))
 }
 
 /** A store the queue refused for its content (`QueueRejected`): an answer, not a failure. */
@@ -108,7 +108,11 @@ export const backoffSchedule = (backoff: NonNullable<QueueRetryPolicy["backoff"]
   Schedule.exponential(backoff.initial).pipe(Schedule.union(Schedule.spaced(backoff.max)))
 
 /** A call without an answer in time is backend trouble, like a refused connection. */
-export const timed = <A>(timeout: Duration.Duration, stage: ReliableDeliveryStage, effect: Effect.Effect<A, DurableQueueError>) =>
+export const timed = <A, E extends DurableQueueError>(
+  timeout: Duration.Duration,
+  stage: ReliableDeliveryStage,
+  effect: Effect.Effect<A, E>
+): Effect.Effect<A, E | QueueBackendError> =>
   Effect.timeoutFail(effect, {
     duration: timeout,
     onTimeout: () => new QueueBackendError({ operation: stage.toLowerCase(), cause: new Error(`no answer within ${Duration.format(timeout)}`) })

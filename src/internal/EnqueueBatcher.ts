@@ -1,0 +1,146 @@
+/**
+ * Group commit for `enqueue`: callers' messages go to the durable queue's backlog together. While
+ * one `enqueue` transaction runs, the messages of every caller who comes meanwhile wait and then
+ * go as the next transaction, each caller resolving with its own results in its own order,
+ * exactly as if they had enqueued one by one (first write wins per message). Nothing waits for a
+ * batch to fill: a lone caller's transaction starts at once.
+ *
+ * Every transaction has the queue's timeout and is retried under its retry policy; a batch the
+ * queue refuses for its content is split, so only the callers whose messages it refuses fail.
+ */
+import { Effect, Either, Exit } from "effect"
+import type { Fiber } from "effect"
+import type { QueueRetryPolicy } from "../Controller/internal/LaneRunner.js"
+import { retrying, timed } from "../Controller/internal/LaneRunner.js"
+import type { EnqueueRequest, EnqueueResult, QueueOperatorService } from "../DurableQueue/DurableProducerQueue.js"
+import type { QueueBackendError, QueueConflict, QueueRejected } from "../DurableQueue/QueueErrors.js"
+import { Enqueued } from "../Protocol/Contract.js"
+import { EndpointClosed, MessageRejected } from "../Protocol/Errors.js"
+
+/** Why an enqueue can fail once its messages reached the batcher. */
+export type EnqueueQueueError = MessageRejected | QueueBackendError | EndpointClosed
+
+/** The most messages one transaction carries. */
+export const MaxEnqueueBatch = 1000
+
+type Resume = (exit: Exit.Exit<ReadonlyArray<Enqueued>, EnqueueQueueError>) => void
+
+class Caller {
+  results: Array<Enqueued> | undefined = undefined
+  exit: Exit.Exit<ReadonlyArray<Enqueued>, EnqueueQueueError> | undefined = undefined
+  resume: Resume | undefined = undefined
+  constructor(readonly requests: ReadonlyArray<EnqueueRequest>) {}
+
+  finish(exit: Exit.Exit<ReadonlyArray<Enqueued>, EnqueueQueueError>) {
+    if (this.exit !== undefined) return
+    this.exit = exit
+    const resume = this.resume
+    this.resume = undefined
+    resume?.(exit)
+  }
+}
+
+export interface EnqueueBatcherOptions {
+  readonly endpoint: string
+  readonly queue: QueueOperatorService
+  readonly retry: QueueRetryPolicy & { readonly timeout: NonNullable<QueueRetryPolicy["timeout"]> }
+  /** Runs the transactions, in the endpoint's scope. */
+  readonly runFork: <A, E>(effect: Effect.Effect<A, E>) => Fiber.RuntimeFiber<A, E>
+  /** Told after every transaction that added something: the backlog has news. */
+  readonly committed: () => void
+}
+
+export interface EnqueueBatcher {
+  /** Commits the requests to the backlog; their results in order (an `Exit` when settled at once). */
+  readonly enqueue: (requests: ReadonlyArray<EnqueueRequest>) => Effect.Effect<ReadonlyArray<Enqueued>, EnqueueQueueError>
+  /** The endpoint closed: waiting callers fail with `EndpointClosed` (a transaction in flight still commits). */
+  readonly close: () => void
+}
+
+type QueueError = QueueConflict | QueueRejected | QueueBackendError
+
+/** A refusal of the content: the caller's own problem, not the backend's (its message named when it sent one). */
+const refusal = (endpoint: string, caller: Caller, error: QueueConflict | QueueRejected) =>
+  new MessageRejected({ endpointName: endpoint, messageId: caller.requests.length === 1 ? caller.requests[0].messageId : undefined, cause: error })
+
+export const make = (options: EnqueueBatcherOptions): EnqueueBatcher => {
+  const waiting: Array<Caller> = []
+  let running = false
+  let closed = false
+
+  const call = (requests: ReadonlyArray<EnqueueRequest>): Effect.Effect<ReadonlyArray<EnqueueResult>, QueueError> =>
+    retrying(options.retry, timed(options.retry.timeout, "Store", options.queue.enqueue(requests)))
+
+  /** One transaction for the batch; a refused batch of several callers is tried caller by caller. */
+  const commit = (batch: ReadonlyArray<Caller>): Effect.Effect<void> => {
+    const requests = batch.length === 1 ? batch[0].requests : batch.flatMap((caller) => caller.requests)
+    return Effect.flatMap(Effect.either(call(requests)), (answer) => {
+      if (Either.isRight(answer)) return Effect.sync(() => settle(batch, answer.right))
+      const error = answer.left
+      if (error._tag === "QueueBackendError") return Effect.sync(() => batch.forEach((caller) => caller.finish(Exit.fail(error))))
+      if (batch.length > 1) return Effect.forEach(batch, (caller) => commit([caller]), { discard: true })
+      return Effect.sync(() => batch[0].finish(Exit.fail(refusal(options.endpoint, batch[0], error))))
+    })
+  }
+
+  const settle = (batch: ReadonlyArray<Caller>, results: ReadonlyArray<EnqueueResult>) => {
+    let offset = 0
+    let added = false
+    for (const caller of batch) {
+      const own: Array<Enqueued> = []
+      for (let index = 0; index < caller.requests.length; index++) {
+        const result = results[offset + index]
+        if (!result.alreadyStored) added = true
+        own.push(new Enqueued({ endpoint: options.endpoint, messageId: result.messageId, alreadyStored: result.alreadyStored }))
+      }
+      offset += caller.requests.length
+      caller.finish(Exit.succeed(own))
+    }
+    if (added) options.committed()
+  }
+
+  /** Takes the waiting callers for one transaction: whole callers, at most `MaxEnqueueBatch` messages unless one caller has more. */
+  const takeBatch = (): Array<Caller> => {
+    const batch: Array<Caller> = []
+    let count = 0
+    while (waiting.length > 0 && (batch.length === 0 || count + waiting[0].requests.length <= MaxEnqueueBatch)) {
+      const caller = waiting.shift()!
+      count += caller.requests.length
+      batch.push(caller)
+    }
+    return batch
+  }
+
+  const next = (): void => {
+    if (running || waiting.length === 0) return
+    running = true
+    const batch = takeBatch()
+    options.runFork(Effect.ensuring(
+      commit(batch),
+      Effect.sync(() => {
+        running = false
+        // Interrupted (the endpoint's scope closed mid-transaction): nobody may wait without an end.
+        for (const caller of batch) caller.finish(Exit.fail(new EndpointClosed({ name: options.endpoint })))
+        next()
+      })
+    ))
+  }
+
+  return {
+    enqueue: (requests) => {
+      if (closed) return Exit.fail(new EndpointClosed({ name: options.endpoint }))
+      const caller = new Caller(requests)
+      waiting.push(caller)
+      next()
+      return Effect.async<ReadonlyArray<Enqueued>, EnqueueQueueError>((resume) => {
+        if (caller.exit !== undefined) return resume(caller.exit)
+        caller.resume = resume
+      })
+    },
+    close: () => {
+      closed = true
+      const left = waiting.splice(0)
+      for (const caller of left) caller.finish(Exit.fail(new EndpointClosed({ name: options.endpoint })))
+    }
+  }
+}

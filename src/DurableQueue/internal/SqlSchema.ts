@@ -19,6 +19,8 @@ export interface Tables {
   readonly producerEntries: string
   readonly workQueues: string
   readonly workEntries: string
+  readonly producerBacklog: string
+  readonly workBacklog: string
 }
 
 const prefixPattern = /^[A-Za-z_][A-Za-z0-9_]{0,39}$/
@@ -40,7 +42,9 @@ export const tables = (tablePrefix: string | undefined): Effect.Effect<Tables, Q
     producerQueues: `${prefix}producer_queues`,
     producerEntries: `${prefix}producer_entries`,
     workQueues: `${prefix}work_queues`,
-    workEntries: `${prefix}work_entries`
+    workEntries: `${prefix}work_entries`,
+    producerBacklog: `${prefix}producer_backlog`,
+    workBacklog: `${prefix}work_backlog`
   })
 }
 
@@ -134,8 +138,89 @@ const migrations: ReadonlyArray<Migration> = [
           orElse: () => []
         })
       ], { discard: true })
+  },
+  {
+    version: 4,
+    name: "entry_states",
+    // Producer entries get the work entries' states: 0 stored, 1 accepted, 2 confirmed, 3
+    // dead-lettered. Entries the old watermark covered become confirmed; `confirmed_seq` becomes
+    // the low mark (below the first stored or accepted entry) and the old watermark the confirm
+    // cursor; `late_seq` marks entries accepted after a confirm passed them (none yet).
+    run: (sql, t) => {
+      const queues = sql(t.producerQueues)
+      const entries = sql(t.producerEntries)
+      return Effect.all([
+        sql`ALTER TABLE ${entries} RENAME COLUMN accepted TO state`,
+        sql`ALTER TABLE ${queues} ADD COLUMN confirm_cursor BIGINT NOT NULL DEFAULT 0`,
+        sql`ALTER TABLE ${queues} ADD COLUMN late_seq BIGINT NULL`,
+        sql`UPDATE ${entries} SET state = 2
+          WHERE state = 1 AND seq <= (SELECT q.confirmed_seq FROM ${queues} q WHERE q.name = ${entries}.queue)`,
+        sql`UPDATE ${queues} SET confirm_cursor = confirmed_seq, confirmed_seq = COALESCE(
+          (SELECT min(e.seq) - 1 FROM ${entries} e WHERE e.queue = ${queues}.name AND e.state IN (0, 1)),
+          current_seq
+        )`
+      ], { discard: true })
+    }
+  },
+  {
+    version: 5,
+    name: "entry_details",
+    // The send time and trace of every entry, failed attempts, and dead letters (found through a
+    // partial index on `dead_at`, a column no other update touches, so updates stay in place).
+    run: (sql, t) =>
+      Effect.all([
+        ...[t.producerEntries, t.workEntries].flatMap((table) => [
+          sql`ALTER TABLE ${sql(table)} ADD COLUMN enqueued_at BIGINT NULL`,
+          sql`ALTER TABLE ${sql(table)} ADD COLUMN trace TEXT NULL`,
+          sql`ALTER TABLE ${sql(table)} ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0`,
+          sql`ALTER TABLE ${sql(table)} ADD COLUMN last_error TEXT NULL`,
+          sql`ALTER TABLE ${sql(table)} ADD COLUMN dead_at BIGINT NULL`,
+          sql`CREATE INDEX IF NOT EXISTS ${sql(`${table}_dead`)} ON ${sql(table)} (queue, seq) WHERE dead_at IS NOT NULL`
+        ]),
+        sql`ALTER TABLE ${sql(t.workEntries)} ADD COLUMN not_before BIGINT NULL`
+      ], { discard: true })
+  },
+  {
+    version: 6,
+    name: "backlogs",
+    // Messages enqueued without a seq, read in the order their ids were drawn.
+    run: (sql, t) => Effect.all([t.producerBacklog, t.workBacklog].map((table) => createBacklog(sql, table)), { discard: true })
   }
 ]
+
+const createBacklog = (sql: SqlClient, table: string): Effect.Effect<void, SqlError> => {
+  const statements: ReadonlyArray<Effect.Effect<unknown, SqlError>> = [
+    sql.onDialectOrElse({
+      pg: () =>
+        sql`CREATE TABLE IF NOT EXISTS ${sql(table)} (
+          id BIGINT GENERATED ALWAYS AS IDENTITY,
+          queue TEXT NOT NULL,
+          message_id TEXT NOT NULL,
+          payload BYTEA NOT NULL,
+          enqueued_at BIGINT NOT NULL,
+          trace TEXT NULL,
+          PRIMARY KEY (queue, id)
+        )`,
+      // the rowid: a new row's is above every row's in the table, so ids follow commit order
+      orElse: () =>
+        sql`CREATE TABLE IF NOT EXISTS ${sql(table)} (
+          id INTEGER PRIMARY KEY,
+          queue TEXT NOT NULL,
+          message_id TEXT NOT NULL,
+          payload BLOB NOT NULL,
+          enqueued_at BIGINT NOT NULL,
+          trace TEXT NULL
+        )`
+    }),
+    // PostgreSQL's primary key (queue, id) orders it already
+    sql.onDialectOrElse({
+      pg: () => Effect.void,
+      orElse: () => sql`CREATE INDEX IF NOT EXISTS ${sql(`${table}_order`)} ON ${sql(table)} (queue, id)`
+    }),
+    sql`CREATE UNIQUE INDEX IF NOT EXISTS ${sql(`${table}_message`)} ON ${sql(table)} (queue, message_id)`
+  ]
+  return Effect.all(statements, { discard: true })
+}
 
 /** A 31-bit FNV-1a hash, the advisory lock key of a prefix's migrations on PostgreSQL. */
 const lockKey = (text: string): number => {

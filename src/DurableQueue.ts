@@ -1,6 +1,7 @@
 /**
  * Durable queues: the contracts a producer persists through, their implementations (in-memory
- * reference, SQLite and PostgreSQL through `@effect/sql`) and a fault-injecting wrapper for tests.
+ * reference, SQLite and PostgreSQL through `@effect/sql`), writers that fill a queue's backlog
+ * from anywhere (the transactional outbox) and a fault-injecting wrapper for tests.
  * The conformance suites every implementation passes are exported from
  * `effect-reliable/conformance`.
  */
@@ -41,6 +42,8 @@ export { layerWorkMemory, makeWorkMemory } from "./DurableQueue/MemoryWorkQueue.
 export { layerSql, makeSql } from "./DurableQueue/SqlProducerQueue.js"
 export type { SqlQueueOptions } from "./DurableQueue/SqlProducerQueue.js"
 export { layerWorkSql, makeWorkSql } from "./DurableQueue/SqlWorkQueue.js"
+export { writer, writerMemory } from "./DurableQueue/Writer.js"
+export type { QueueWriter, WriteOptions, WriterError, WriterKind, WriterMessage, WriterOptions } from "./DurableQueue/Writer.js"
 export { FlakyFailure, flakyProducerQueue, flakyWorkQueue } from "./DurableQueue/FlakyQueue.js"
 export type { FlakyFault, FlakyOptions } from "./DurableQueue/FlakyQueue.js"
 export type { ChunkMark } from "./Protocol/WireMessage.js"

@@ -1,20 +1,26 @@
 /**
- * Tables of the SQL durable queues and the small migration runner that creates them at layer
- * build. Many queues share one database: every row is keyed by queue name, and every table name
- * starts with a configurable prefix (default `reliable_`). Applied migrations are recorded in
- * `<prefix>migrations`; running them again, from any number of processes at once, is harmless.
+ * Tables of the SQL durable queues and the migrations that create them at layer build (run by
+ * `@effect/sql`'s `Migrator`, see `SqlMigrator`). Many queues share one database: every row is
+ * keyed by queue name, and every table name starts with a configurable prefix (default
+ * `reliable_`). Applied migrations are recorded in `<prefix>queue_migrations` (before version 2:
+ * `<prefix>migrations`, moved over once); running them again, from any number of processes at
+ * once, is harmless.
  */
 import type { SqlClient } from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Effect } from "effect"
 import { QueueBackendError } from "../QueueErrors.js"
-import { transaction } from "./SqlSupport.js"
+import type { Migration } from "./SqlMigrator.js"
+import * as SqlMigrator from "./SqlMigrator.js"
 
 export const defaultTablePrefix = "reliable_"
 
 export interface Tables {
   readonly prefix: string
+  /** The `Migrator`'s record of applied migrations. */
   readonly migrations: string
+  /** The record of the hand-written runner before it (moved into `migrations` once). */
+  readonly legacyMigrations: string
   readonly producerQueues: string
   readonly producerEntries: string
   readonly workQueues: string
@@ -38,7 +44,8 @@ export const tables = (tablePrefix: string | undefined): Effect.Effect<Tables, Q
   }
   return Effect.succeed({
     prefix,
-    migrations: `${prefix}migrations`,
+    migrations: SqlMigrator.migratorTable(prefix, "queue_migrations"),
+    legacyMigrations: `${prefix}migrations`,
     producerQueues: `${prefix}producer_queues`,
     producerEntries: `${prefix}producer_entries`,
     workQueues: `${prefix}work_queues`,
@@ -46,12 +53,6 @@ export const tables = (tablePrefix: string | undefined): Effect.Effect<Tables, Q
     producerBacklog: `${prefix}producer_backlog`,
     workBacklog: `${prefix}work_backlog`
   })
-}
-
-interface Migration {
-  readonly version: number
-  readonly name: string
-  readonly run: (sql: SqlClient, tables: Tables) => Effect.Effect<void, SqlError>
 }
 
 const bytesType = (sql: SqlClient) => sql.literal(sql.onDialectOrElse({ pg: () => "BYTEA", orElse: () => "BLOB" }))
@@ -64,9 +65,9 @@ const bytesType = (sql: SqlClient) => sql.literal(sql.onDialectOrElse({ pg: () =
 const entryTableOptions = (sql: SqlClient) =>
   sql.literal(sql.onDialectOrElse({ pg: () => "WITH (fillfactor = 70)", orElse: () => "" }))
 
-const migrations: ReadonlyArray<Migration> = [
+const migrations: ReadonlyArray<Migration<Tables>> = [
   {
-    version: 1,
+    id: 1,
     name: "producer_queue",
     run: (sql, t) =>
       Effect.all([
@@ -93,7 +94,7 @@ const migrations: ReadonlyArray<Migration> = [
       ], { discard: true })
   },
   {
-    version: 2,
+    id: 2,
     name: "work_queue",
     run: (sql, t) =>
       Effect.all([
@@ -118,7 +119,7 @@ const migrations: ReadonlyArray<Migration> = [
       ], { discard: true })
   },
   {
-    version: 3,
+    id: 3,
     name: "in_place_updates",
     // Confirming (and compacting) updates every row once. The partial index on pending jobs made
     // each of those updates rewrite the job's index entries (PostgreSQL updates a row in place
@@ -140,7 +141,7 @@ const migrations: ReadonlyArray<Migration> = [
       ], { discard: true })
   },
   {
-    version: 4,
+    id: 4,
     name: "entry_states",
     // Producer entries get the work entries' states: 0 stored, 1 accepted, 2 confirmed, 3
     // dead-lettered. Entries the old watermark covered become confirmed; `confirmed_seq` becomes
@@ -163,7 +164,7 @@ const migrations: ReadonlyArray<Migration> = [
     }
   },
   {
-    version: 5,
+    id: 5,
     name: "entry_details",
     // The send time and trace of every entry, failed attempts, and dead letters (found through a
     // partial index on `dead_at`, a column no other update touches, so updates stay in place).
@@ -181,7 +182,7 @@ const migrations: ReadonlyArray<Migration> = [
       ], { discard: true })
   },
   {
-    version: 6,
+    id: 6,
     name: "backlogs",
     // Messages enqueued without a seq, read in the order their ids were drawn.
     run: (sql, t) => Effect.all([t.producerBacklog, t.workBacklog].map((table) => createBacklog(sql, table)), { discard: true })
@@ -222,49 +223,6 @@ const createBacklog = (sql: SqlClient, table: string): Effect.Effect<void, SqlEr
   return Effect.all(statements, { discard: true })
 }
 
-/** A 31-bit FNV-1a hash, the advisory lock key of a prefix's migrations on PostgreSQL. */
-const lockKey = (text: string): number => {
-  let hash = 0x811c9dc5
-  for (let i = 0; i < text.length; i++) {
-    hash ^= text.charCodeAt(i)
-    hash = Math.imul(hash, 0x01000193)
-  }
-  return hash & 0x7fffffff
-}
-
-/**
- * Serializes concurrent migration runs: on PostgreSQL an advisory transaction lock per prefix,
- * on SQLite a first statement that writes, which takes the database write lock at once.
- */
-const lockMigrations = (sql: SqlClient, t: Tables) =>
-  sql.onDialectOrElse({
-    pg: () => sql`SELECT pg_advisory_xact_lock(${lockKey(`effect-reliable:${t.prefix}`)})`,
-    orElse: () => sql`DELETE FROM ${sql(t.migrations)} WHERE version < 0`
-  })
-
-const createMigrationsTable = (sql: SqlClient, t: Tables) =>
-  sql`CREATE TABLE IF NOT EXISTS ${sql(t.migrations)} (
-    version INTEGER NOT NULL PRIMARY KEY,
-    name TEXT NOT NULL
-  )`
-
-/** Applies every migration not recorded yet, in one transaction. */
+/** Applies every migration not applied yet (see `SqlMigrator`). */
 export const migrate = (sql: SqlClient, t: Tables): Effect.Effect<void, SqlError> =>
-  Effect.gen(function*() {
-    // SQLite takes its write lock through the migrations table, so it must exist first
-    yield* sql.onDialectOrElse({ pg: () => Effect.void, orElse: () => createMigrationsTable(sql, t) })
-    yield* transaction(
-      sql,
-      Effect.gen(function*() {
-        yield* lockMigrations(sql, t)
-        yield* createMigrationsTable(sql, t)
-        const rows = yield* sql<{ readonly version: number | string }>`SELECT version FROM ${sql(t.migrations)}`
-        const applied = new Set(rows.map((row) => Number(row.version)))
-        for (const migration of migrations) {
-          if (applied.has(migration.version)) continue
-          yield* migration.run(sql, t)
-          yield* sql`INSERT INTO ${sql(t.migrations)} (version, name) VALUES (${migration.version}, ${migration.name})`
-        }
-      })
-    )
-  })
+  SqlMigrator.migrate(sql, { table: t.migrations, legacyTable: t.legacyMigrations, migrations, tables: t })

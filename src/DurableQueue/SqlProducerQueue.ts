@@ -36,7 +36,8 @@
 import type { SqlClient } from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import type { Identifier } from "@effect/sql/Statement"
-import { Effect, Either, Layer, Option } from "effect"
+import { Config, Effect, Either, Layer, Option } from "effect"
+import type { ConfigError } from "effect"
 import type {
   DeadLetterRequest,
   DurableProducerQueueService,
@@ -645,3 +646,14 @@ export const layerSql = (
   options: SqlQueueOptions
 ): Layer.Layer<DurableProducerQueue, QueueBackendError | ReliableConfigError, SqlClient> =>
   Layer.effect(DurableProducerQueue, makeSql(options))
+
+/**
+ * `layerSql` with its options read from Effect `Config` (e.g. the environment), as
+ * `PgClient.layerConfig` reads its own: `layerSqlConfig({ queueName: Config.string("QUEUE_NAME") })`.
+ * A value `Config` cannot read is a `ConfigError`; a value it reads but the queue refuses (a bad
+ * table prefix, a blank name) is a `ReliableConfigError`.
+ */
+export const layerSqlConfig = (
+  config: Config.Config.Wrap<SqlQueueOptions>
+): Layer.Layer<DurableProducerQueue, ConfigError.ConfigError | QueueBackendError | ReliableConfigError, SqlClient> =>
+  Layer.unwrapEffect(Effect.map(Config.unwrap(config), layerSql))

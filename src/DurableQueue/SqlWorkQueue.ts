@@ -26,7 +26,8 @@
 import type { SqlClient } from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import type { Identifier } from "@effect/sql/Statement"
-import { Effect, Layer, Option } from "effect"
+import { Config, Effect, Layer, Option } from "effect"
+import type { ConfigError } from "effect"
 import type { DeadLetterRequest, QueueEpoch, StoreRequest } from "./DurableProducerQueue.js"
 import type { DurableWorkQueueService, FailureRequest, WorkLoadResult, WorkStoreResult } from "./DurableWorkQueue.js"
 import { DurableWorkQueue } from "./DurableWorkQueue.js"
@@ -513,3 +514,14 @@ export const layerWorkSql = (
   options: SqlQueueOptions
 ): Layer.Layer<DurableWorkQueue, QueueBackendError | ReliableConfigError, SqlClient> =>
   Layer.effect(DurableWorkQueue, makeWorkSql(options))
+
+/**
+ * `layerWorkSql` with its options read from Effect `Config` (e.g. the environment), as
+ * `PgClient.layerConfig` reads its own: `layerWorkSqlConfig({ queueName: Config.string("QUEUE_NAME") })`.
+ * A value `Config` cannot read is a `ConfigError`; a value it reads but the queue refuses (a bad
+ * table prefix, a blank name) is a `ReliableConfigError`.
+ */
+export const layerWorkSqlConfig = (
+  config: Config.Config.Wrap<SqlQueueOptions>
+): Layer.Layer<DurableWorkQueue, ConfigError.ConfigError | QueueBackendError | ReliableConfigError, SqlClient> =>
+  Layer.unwrapEffect(Effect.map(Config.unwrap(config), layerWorkSql))

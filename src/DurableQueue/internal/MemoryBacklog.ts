@@ -67,7 +67,7 @@ export const append = (backlog: MemoryBacklog, entry: BacklogEntry): Effect.Effe
 /** The backlog's signal as a stream (each subscriber gets its own, coalescing buffer). */
 export const signals = (backlog: MemoryBacklog): Stream.Stream<void> => Stream.fromPubSub(backlog.signal)
 
-/** How many messages wait (ids stored meanwhile left out), and the oldest `enqueuedAt`. */
+/** How many messages wait (ids stored meanwhile left out), and the first one's `enqueuedAt`. */
 export const summary = (
   backlog: MemoryBacklog,
   isStored: (messageId: string) => boolean
@@ -77,7 +77,7 @@ export const summary = (
   for (const [messageId, entry] of backlog.entries) {
     if (isStored(messageId)) continue
     count += 1
-    oldestAt = oldestAt === undefined ? entry.enqueuedAt : Math.min(oldestAt, entry.enqueuedAt)
+    oldestAt ??= entry.enqueuedAt
   }
   return { count, oldestAt }
 }

@@ -30,7 +30,7 @@ import type {
 } from "../DurableProducerQueue.js"
 import type { QueueConflict, QueueRejected } from "../QueueErrors.js"
 import { QueueBackendError } from "../QueueErrors.js"
-import { backlogEntry, enqueueResults, pageSize, validateEnqueue, wantedStates } from "./BacklogRules.js"
+import { backlogEntry, enqueueResults, makeDeadLetter, pageSize, validateEnqueue, wantedStates } from "./BacklogRules.js"
 import type { Tables } from "./SqlSchema.js"
 import { joinOrTransaction, mapStoreError, pgByteaArray, pgInt8Array, pgTextArray, readSnapshot, toBytes, toNumber, toParam } from "./SqlSupport.js"
 
@@ -282,19 +282,15 @@ const joined = (parts: ReadonlyArray<Uint8Array>): Uint8Array => {
   return whole
 }
 
-const decodeDeadLetter = (row: DeadRow, payload: Uint8Array): DeadLetter => {
-  const letter: { -readonly [K in keyof DeadLetter]: DeadLetter[K] } = {
+const decodeDeadLetter = (row: DeadRow, payload: Uint8Array): DeadLetter =>
+  makeDeadLetter({
     messageId: row.message_id,
     seq: toNumber(row.seq),
     payload,
     attempts: toNumber(row.attempts),
     lastError: row.last_error ?? "",
     deadAt: toNumber(row.dead_at ?? 0)
-  }
-  if (row.enqueued_at !== null) letter.at = toNumber(row.enqueued_at)
-  if (row.trace !== null) letter.trace = row.trace
-  return letter
-}
+  }, row.enqueued_at === null ? undefined : toNumber(row.enqueued_at), row.trace ?? undefined)
 
 export const deadLetters = (t: OperatorTables, options: DeadLettersOptions): Effect.Effect<ReadonlyArray<DeadLetter>, QueueBackendError> => {
   const limit = pageSize(options.limit)

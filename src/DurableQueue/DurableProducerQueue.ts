@@ -209,14 +209,20 @@ export interface InspectedEntry {
 }
 
 export interface QueueInspection {
-  /** Messages waiting in the backlog. */
+  /**
+   * Messages waiting in the backlog (the SQL queues count from an index: a backlog message whose
+   * id a plain store took meanwhile counts until a store from the backlog sweeps it).
+   */
   readonly backlog: number
   /** Stored, not accepted. */
   readonly stored: number
   /** Accepted, not confirmed (in the flow; for work: pending or dispatched). */
   readonly unconfirmed: number
   readonly deadLettered: number
-  /** The `at` of the oldest backlog or unconfirmed message; undefined when there is none (or none has an `at`). */
+  /**
+   * The head-of-line lag's start: the earlier of the first backlog message's `at` and the oldest
+   * unconfirmed message's; undefined when there is none (or none has an `at`).
+   */
   readonly oldestAt: number | undefined
   /**
    * A page of messages: stored ones with a seq above `afterSeq` in seq order, then, on the page

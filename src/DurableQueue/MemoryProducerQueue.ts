@@ -9,26 +9,23 @@
  * message still answers `alreadyStored` (with an empty payload). The id index therefore grows
  * with the number of distinct messages stored.
  */
-import { Clock, Effect, Either, Layer } from "effect"
+import { Effect, Either, Layer } from "effect"
 import type {
   DeadLetter,
   DeadLetterRequest,
-  DeadLettersOptions,
   DurableProducerQueueService,
   InspectedEntry,
   InspectedState,
-  InspectOptions,
   LoadResult,
   QueueEpoch,
-  QueueInspection,
   StoredEntry,
   StoreOptions,
   StoreRequest,
   StoreResult
 } from "./DurableProducerQueue.js"
 import { DurableProducerQueue } from "./DurableProducerQueue.js"
-import { backlogEntry, pageSize, wantedStates } from "./internal/BacklogRules.js"
-import * as Backlog from "./internal/MemoryBacklog.js"
+import { makeDeadLetter } from "./internal/BacklogRules.js"
+import * as Operators from "./internal/MemoryOperators.js"
 import type { StoreCommand, StoredMessage, StorePlan } from "./internal/ProducerQueueRules.js"
 import * as Rules from "./internal/ProducerQueueRules.js"
 import type { QueueChunkedBatch, QueueConflict, QueueFenced } from "./QueueErrors.js"
@@ -47,7 +44,7 @@ interface State {
   /** The entries neither confirmed nor dead-lettered, by seq (insertion order is seq order), with their owner. */
   readonly open: Map<number, string>
   readonly deadLetters: Map<string, DeadLetterRecord>
-  readonly backlog: Backlog.MemoryBacklog
+  readonly backlog: Operators.MemoryBacklog
 }
 
 /** The highest seq h such that no entry with seq <= h is stored or accepted. */
@@ -82,7 +79,7 @@ const append = (state: State, command: StoreCommand, plan: StorePlan): ReadonlyA
     state.messages.set(message.messageId, { ...state.messages.get(message.messageId)!, accepted: true })
   }
   state.currentSeq = plan.currentSeq
-  Backlog.take(state.backlog, Rules.backlogIds(command))
+  Operators.take(state.backlog, Rules.backlogIds(command))
   return plan.results
 }
 
@@ -183,39 +180,15 @@ const deadLetter = (
 
 const deadLetterOf = (message: StoredMessage, record: DeadLetterRecord): DeadLetter => {
   const first = message.entries[0]
-  const deadLetter: { -readonly [K in keyof DeadLetter]: DeadLetter[K] } = {
+  return makeDeadLetter({
     messageId: message.messageId,
     seq: first.seq,
     payload: Rules.joinedPayload(message.entries),
     attempts: record.attempts,
     lastError: record.lastError,
     deadAt: record.deadAt
-  }
-  if (first.at !== undefined) deadLetter.at = first.at
-  if (first.trace !== undefined) deadLetter.trace = first.trace
-  return deadLetter
+  }, first.at, first.trace)
 }
-
-const deadLetters = (state: State, options: DeadLettersOptions): ReadonlyArray<DeadLetter> => {
-  const afterSeq = options.afterSeq ?? 0
-  const found: Array<DeadLetter> = []
-  for (const [messageId, record] of state.deadLetters) {
-    const message = state.messages.get(messageId)!
-    if (message.entries[0].seq > afterSeq) found.push(deadLetterOf(message, record))
-  }
-  return found.sort((a, b) => a.seq - b.seq).slice(0, pageSize(options.limit))
-}
-
-const requeueDeadLetter = (state: State, messageId: string): Effect.Effect<boolean> =>
-  Effect.suspend(() => {
-    const record = state.deadLetters.get(messageId)
-    if (record === undefined) return Effect.succeed(false)
-    const letter = deadLetterOf(state.messages.get(messageId)!, record)
-    state.deadLetters.delete(messageId)
-    state.messages.delete(messageId)
-    return Effect.flatMap(Clock.currentTimeMillis, (now) =>
-      Effect.as(Backlog.append(state.backlog, backlogEntry(messageId, letter.payload, letter.at ?? now, letter.trace)), true))
-  })
 
 const discardDeadLetter = (state: State, messageId: string): boolean => {
   if (!state.deadLetters.delete(messageId)) return false
@@ -235,42 +208,23 @@ const inspectedState = (state: State, message: StoredMessage): Exclude<Inspected
   return message.accepted ? "Accepted" : "Stored"
 }
 
-const inspect = (state: State, options: InspectOptions): QueueInspection => {
-  const wanted = wantedStates(options.states)
-  const limit = pageSize(options.limit)
-  const afterSeq = options.afterSeq ?? 0
-  const counts = { Stored: 0, Accepted: 0, Confirmed: 0, DeadLettered: 0 }
-  const entries: Array<InspectedEntry> = []
-  let oldestAt: number | undefined
+/** Each stored message once, in seq order, as inspection shows it (chunks joined). */
+function* inspected(state: State): Generator<InspectedEntry> {
   for (const message of state.messages.values()) {
-    const inspected = inspectedState(state, message)
-    counts[inspected] += 1
     const first = message.entries[0]
-    if (inspected === "Accepted" && first.at !== undefined) oldestAt = Math.min(oldestAt ?? first.at, first.at)
-    if (entries.length >= limit || !wanted.has(inspected) || first.seq <= afterSeq) continue
-    const attempts = state.deadLetters.get(message.messageId)?.attempts ?? 0
-    const payload = Rules.joinedPayload(message.entries)
-    entries.push({ messageId: message.messageId, seq: first.seq, state: inspected, attempts, at: first.at, payload })
-  }
-  const backlog = Backlog.summary(state.backlog, isStored(state))
-  if (backlog.oldestAt !== undefined) oldestAt = Math.min(oldestAt ?? backlog.oldestAt, backlog.oldestAt)
-  if (wanted.has("Backlog") && entries.length < limit) {
-    for (const entry of Backlog.read(state.backlog, limit - entries.length, isStored(state))) {
-      entries.push({ messageId: entry.messageId, seq: undefined, state: "Backlog", attempts: 0, at: entry.enqueuedAt, payload: entry.payload })
+    yield {
+      messageId: message.messageId,
+      seq: first.seq,
+      state: inspectedState(state, message),
+      attempts: state.deadLetters.get(message.messageId)?.attempts ?? 0,
+      at: first.at,
+      payload: Rules.joinedPayload(message.entries)
     }
-  }
-  return {
-    backlog: backlog.count,
-    stored: counts.Stored,
-    unconfirmed: counts.Accepted,
-    deadLettered: counts.DeadLettered,
-    oldestAt,
-    entries
   }
 }
 
 /** A fresh, empty in-memory queue. */
-export const makeMemory: Effect.Effect<DurableProducerQueueService> = Effect.map(Backlog.make, (backlog) => {
+export const makeMemory: Effect.Effect<DurableProducerQueueService> = Effect.map(Operators.make, (backlog) => {
   const state: State = { epoch: 0, currentSeq: 0, messages: new Map(), open: new Map(), deadLetters: new Map(), backlog }
   return {
     load: Effect.sync(() => load(state)),
@@ -282,13 +236,19 @@ export const makeMemory: Effect.Effect<DurableProducerQueueService> = Effect.map
     confirm: (epoch, upToSeq) => Effect.suspend(() => confirm(state, epoch, upToSeq)),
     storeAccepted: (epoch, requests) => storeWhole(state, epoch, requests, true),
     deadLetter: (epoch, request) => Effect.suspend(() => deadLetter(state, epoch, request)),
-    enqueue: (requests) => Effect.suspend(() => Backlog.enqueue(state.backlog, requests, isStored(state))),
-    backlog: (limit) => Effect.sync(() => Backlog.read(state.backlog, limit, isStored(state))),
-    backlogSignal: Backlog.signals(state.backlog),
-    deadLetters: (options) => Effect.sync(() => deadLetters(state, options)),
-    requeueDeadLetter: (messageId) => requeueDeadLetter(state, messageId),
+    enqueue: (requests) => Effect.suspend(() => Operators.enqueue(state.backlog, requests, isStored(state))),
+    backlog: (limit) => Effect.sync(() => Operators.read(state.backlog, limit, isStored(state))),
+    backlogSignal: Operators.signals(state.backlog),
+    deadLetters: (options) =>
+      Effect.sync(() =>
+        Operators.pageDeadLetters(
+          [...state.deadLetters].map(([messageId, record]) => deadLetterOf(state.messages.get(messageId)!, record)),
+          options
+        )
+      ),
+    requeueDeadLetter: (messageId) => Operators.requeue(state.backlog, state.deadLetters, state.messages, deadLetterOf, messageId),
     discardDeadLetter: (messageId) => Effect.sync(() => discardDeadLetter(state, messageId)),
-    inspect: (options) => Effect.sync(() => inspect(state, options))
+    inspect: (options) => Effect.sync(() => Operators.inspect(inspected(state), state.backlog, isStored(state), options))
   }
 })
 

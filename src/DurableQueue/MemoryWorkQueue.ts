@@ -8,21 +8,18 @@
  * resubmission answers `alreadyStored` with `confirmed: true` (and an empty payload) instead of
  * being dispatched again. The tombstone index grows with the number of distinct jobs stored.
  */
-import { Clock, Effect, Either, Layer } from "effect"
+import { Effect, Either, Layer } from "effect"
 import type {
   DeadLetter,
   DeadLetterRequest,
-  DeadLettersOptions,
   InspectedEntry,
-  InspectOptions,
   QueueEpoch,
-  QueueInspection,
   StoreRequest
 } from "./DurableProducerQueue.js"
 import type { DurableWorkQueueService, FailureRequest, WorkLoadResult, WorkStoreResult } from "./DurableWorkQueue.js"
 import { DurableWorkQueue } from "./DurableWorkQueue.js"
-import { backlogEntry, pageSize, wantedStates } from "./internal/BacklogRules.js"
-import * as Backlog from "./internal/MemoryBacklog.js"
+import { makeDeadLetter } from "./internal/BacklogRules.js"
+import * as Operators from "./internal/MemoryOperators.js"
 import { checkEpoch, compactEntry, makeEntry } from "./internal/ProducerQueueRules.js"
 import type { StoredJob } from "./internal/WorkQueueRules.js"
 import * as Rules from "./internal/WorkQueueRules.js"
@@ -41,7 +38,7 @@ interface State {
   /** Jobs neither confirmed nor dead-lettered, by seq; a Map iterates in insertion order, which is seq order. */
   readonly open: Map<number, string>
   readonly deadLetters: Map<string, DeadLetterRecord>
-  readonly backlog: Backlog.MemoryBacklog
+  readonly backlog: Operators.MemoryBacklog
 }
 
 const lookupIn = (state: State) => (messageId: string): StoredJob | undefined => state.jobs.get(messageId)
@@ -76,7 +73,7 @@ const store = (
   }
   for (const job of plan.accepts) state.jobs.set(job.entry.messageId, { ...job, state: "Accepted" })
   state.currentSeq = plan.currentSeq
-  Backlog.take(state.backlog, requests.filter((request) => request.fromBacklog === true).map((request) => request.messageId))
+  Operators.take(state.backlog, requests.filter((request) => request.fromBacklog === true).map((request) => request.messageId))
   return Either.right(plan.results)
 }
 
@@ -144,41 +141,15 @@ const deadLetter = (
   })
 }
 
-const deadLetterOf = (job: StoredJob, record: DeadLetterRecord): DeadLetter => {
-  const { entry } = job
-  const deadLetter: { -readonly [K in keyof DeadLetter]: DeadLetter[K] } = {
+const deadLetterOf = ({ entry }: StoredJob, record: DeadLetterRecord): DeadLetter =>
+  makeDeadLetter({
     messageId: entry.messageId,
     seq: entry.seq,
     payload: entry.payload,
     attempts: entry.attempts ?? 0,
     lastError: record.lastError,
     deadAt: record.deadAt
-  }
-  if (entry.at !== undefined) deadLetter.at = entry.at
-  if (entry.trace !== undefined) deadLetter.trace = entry.trace
-  return deadLetter
-}
-
-const deadLetters = (state: State, options: DeadLettersOptions): ReadonlyArray<DeadLetter> => {
-  const afterSeq = options.afterSeq ?? 0
-  const found: Array<DeadLetter> = []
-  for (const [messageId, record] of state.deadLetters) {
-    const job = state.jobs.get(messageId)!
-    if (job.entry.seq > afterSeq) found.push(deadLetterOf(job, record))
-  }
-  return found.sort((a, b) => a.seq - b.seq).slice(0, pageSize(options.limit))
-}
-
-const requeueDeadLetter = (state: State, messageId: string): Effect.Effect<boolean> =>
-  Effect.suspend(() => {
-    const record = state.deadLetters.get(messageId)
-    if (record === undefined) return Effect.succeed(false)
-    const letter = deadLetterOf(state.jobs.get(messageId)!, record)
-    state.deadLetters.delete(messageId)
-    state.jobs.delete(messageId)
-    return Effect.flatMap(Clock.currentTimeMillis, (now) =>
-      Effect.as(Backlog.append(state.backlog, backlogEntry(messageId, letter.payload, letter.at ?? now, letter.trace)), true))
-  })
+  }, entry.at, entry.trace)
 
 const discardDeadLetter = (state: State, messageId: string): boolean => {
   if (!state.deadLetters.delete(messageId)) return false
@@ -187,39 +158,15 @@ const discardDeadLetter = (state: State, messageId: string): boolean => {
   return true
 }
 
-const inspect = (state: State, options: InspectOptions): QueueInspection => {
-  const wanted = wantedStates(options.states)
-  const limit = pageSize(options.limit)
-  const afterSeq = options.afterSeq ?? 0
-  const counts = { Stored: 0, Accepted: 0, Confirmed: 0, DeadLettered: 0 }
-  const entries: Array<InspectedEntry> = []
-  let oldestAt: number | undefined
+/** Each job in seq order, as inspection shows it. */
+function* inspected(state: State): Generator<InspectedEntry> {
   for (const { entry, state: jobState } of state.jobs.values()) {
-    counts[jobState] += 1
-    if (jobState === "Accepted" && entry.at !== undefined) oldestAt = Math.min(oldestAt ?? entry.at, entry.at)
-    if (entries.length >= limit || !wanted.has(jobState) || entry.seq <= afterSeq) continue
-    const { at, attempts, messageId, payload, seq } = entry
-    entries.push({ messageId, seq, state: jobState, attempts: attempts ?? 0, at, payload })
-  }
-  const backlog = Backlog.summary(state.backlog, isStored(state))
-  if (backlog.oldestAt !== undefined) oldestAt = Math.min(oldestAt ?? backlog.oldestAt, backlog.oldestAt)
-  if (wanted.has("Backlog") && entries.length < limit) {
-    for (const entry of Backlog.read(state.backlog, limit - entries.length, isStored(state))) {
-      entries.push({ messageId: entry.messageId, seq: undefined, state: "Backlog", attempts: 0, at: entry.enqueuedAt, payload: entry.payload })
-    }
-  }
-  return {
-    backlog: backlog.count,
-    stored: counts.Stored,
-    unconfirmed: counts.Accepted,
-    deadLettered: counts.DeadLettered,
-    oldestAt,
-    entries
+    yield { messageId: entry.messageId, seq: entry.seq, state: jobState, attempts: entry.attempts ?? 0, at: entry.at, payload: entry.payload }
   }
 }
 
 /** A fresh, empty in-memory work queue. */
-export const makeWorkMemory: Effect.Effect<DurableWorkQueueService> = Effect.map(Backlog.make, (backlog) => {
+export const makeWorkMemory: Effect.Effect<DurableWorkQueueService> = Effect.map(Operators.make, (backlog) => {
   const state: State = { epoch: 0, currentSeq: 0, jobs: new Map(), open: new Map(), deadLetters: new Map(), backlog }
   return {
     load: Effect.sync(() => load(state)),
@@ -233,13 +180,19 @@ export const makeWorkMemory: Effect.Effect<DurableWorkQueueService> = Effect.map
     recordFailure: (epoch, request) => Effect.suspend(() => recordFailures(state, epoch, [request])),
     recordFailureBatch: (epoch, requests) => Effect.suspend(() => recordFailures(state, epoch, requests)),
     deadLetter: (epoch, request) => Effect.suspend(() => deadLetter(state, epoch, request)),
-    enqueue: (requests) => Effect.suspend(() => Backlog.enqueue(state.backlog, requests, isStored(state))),
-    backlog: (limit) => Effect.sync(() => Backlog.read(state.backlog, limit, isStored(state))),
-    backlogSignal: Backlog.signals(state.backlog),
-    deadLetters: (options) => Effect.sync(() => deadLetters(state, options)),
-    requeueDeadLetter: (messageId) => requeueDeadLetter(state, messageId),
+    enqueue: (requests) => Effect.suspend(() => Operators.enqueue(state.backlog, requests, isStored(state))),
+    backlog: (limit) => Effect.sync(() => Operators.read(state.backlog, limit, isStored(state))),
+    backlogSignal: Operators.signals(state.backlog),
+    deadLetters: (options) =>
+      Effect.sync(() =>
+        Operators.pageDeadLetters(
+          [...state.deadLetters].map(([messageId, record]) => deadLetterOf(state.jobs.get(messageId)!, record)),
+          options
+        )
+      ),
+    requeueDeadLetter: (messageId) => Operators.requeue(state.backlog, state.deadLetters, state.jobs, deadLetterOf, messageId),
     discardDeadLetter: (messageId) => Effect.sync(() => discardDeadLetter(state, messageId)),
-    inspect: (options) => Effect.sync(() => inspect(state, options))
+    inspect: (options) => Effect.sync(() => Operators.inspect(inspected(state), state.backlog, isStored(state), options))
   }
 })
 

@@ -3,18 +3,28 @@
  * (`@effect/sql-sqlite-node`). One code path decides every request with the same rules as the
  * in-memory queue; only the statements differ per dialect.
  *
- * Storage: `<prefix>producer_queues` holds one row per queue (epoch, highest seq, watermark);
- * `<prefix>producer_entries` one row per stored entry (a whole message, or one chunk of a chunked
- * batch), keyed by queue name, so many queues share one database. The tables are created by
+ * Storage: `<prefix>producer_queues` holds one row per queue: its epoch, highest seq, low mark
+ * (`confirmed_seq`: every entry at or below it is confirmed or dead-lettered), confirm cursor
+ * (the highest seq a confirm reached) and `late_seq` (at or below the lowest entry accepted after
+ * the cursor had passed it, when there is one); `<prefix>producer_entries` one row per stored
+ * entry (a whole message, or one chunk of a chunked batch) with its state (0 stored, 1 accepted,
+ * 2 confirmed, 3 dead-lettered), keyed by queue name, so many queues share one database. The
+ * backlog, dead letters and inspection are `internal/SqlOperators`. The tables are created by
  * migrations when the layer is built.
+ *
+ * Confirmation stays a range over recent rows: a confirm updates the accepted entries between the
+ * cursor and its seq, plus (rarely) the late ones from `late_seq`; the low mark moves up from where
+ * it was to the first entry still stored or accepted. A load reads the accepted entries from
+ * `late_seq`, or from above the cursor and the low mark: a range scan of the primary key, however
+ * long a stored, never accepted entry holds the low mark back.
  *
  * Concurrency: every write locks its queue's row first (`SELECT ... FOR UPDATE` in a READ
  * COMMITTED transaction on PostgreSQL; a writing first statement on SQLite, which takes the
  * database write lock) and checks the epoch in that transaction. On PostgreSQL the everyday
- * writes (storing new messages, accepting stored ones) run as single statements that check the
- * epoch and write atomically, one round trip each; anything they cannot settle (an id stored
- * before, a fenced writer, an unknown id) falls back to the locked transaction, which gives the
- * authoritative answer.
+ * writes (storing new messages, accepting stored ones above the cursor) run as single statements
+ * that check the epoch and write atomically, one round trip each; anything they cannot settle (an
+ * id stored before, a fenced writer, an unknown id, a late accept) falls back to the locked
+ * transaction, which gives the authoritative answer.
  *
  * Compaction: a confirm drops the payloads of the accepted entries it confirms; the rows stay,
  * so every business id keeps answering `alreadyStored` (with an empty payload) after it was
@@ -23,29 +33,37 @@
  * SQLite: use one `SqliteClient` per database file in a process (it serializes its connection);
  * separate processes on one file are serialized by SQLite's write lock.
  */
-import { SqlClient } from "@effect/sql/SqlClient"
+import type { SqlClient } from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import type { Identifier } from "@effect/sql/Statement"
-import { Effect, Either, Layer, Option } from "effect"
+import { Config, Effect, Either, Layer, Option } from "effect"
+import type { ConfigError } from "effect"
 import type {
+  DeadLetterRequest,
   DurableProducerQueueService,
   LoadResult,
   QueueEpoch,
-  QueueOperatorService,
   StoredEntry,
+  StoreOptions,
   StoreRequest,
   StoreResult
 } from "./DurableProducerQueue.js"
 import { DurableProducerQueue } from "./DurableProducerQueue.js"
 import type { StoreCommand, StoredMessage } from "./internal/ProducerQueueRules.js"
 import * as Rules from "./internal/ProducerQueueRules.js"
-import { migrate, tables } from "./internal/SqlSchema.js"
+import type { OperatorTables } from "./internal/SqlOperators.js"
+import { makeOperators, operatorTables, StateCode, takeFromBacklog, takeFromBacklogCte } from "./internal/SqlOperators.js"
+import type { SqlQueueOptions } from "./internal/SqlQueueSetup.js"
+import { setUp } from "./internal/SqlQueueSetup.js"
 import {
-  dialectOf,
   inRuns,
   isFastPathMiss,
   mapSqlError,
   mapStoreError,
+  pgByteaArray,
+  pgInt2Array,
+  pgInt8Array,
+  pgTextArray,
   toBytes,
   toNumber,
   toParam,
@@ -53,38 +71,30 @@ import {
 } from "./internal/SqlSupport.js"
 import type { QueueConflict, QueueFenced, QueueRejected } from "./QueueErrors.js"
 import { QueueBackendError } from "./QueueErrors.js"
-import * as Config from "../Protocol/Config.js"
 import type { ReliableConfigError } from "../Protocol/Errors.js"
 
-export interface SqlQueueOptions {
-  /** The queue's name; every row of the queue is keyed by it. */
-  readonly queueName: string
-  /** The prefix of every table name (letters, digits, `_`); default `reliable_`. */
-  readonly tablePrefix?: string | undefined
-}
-
-const sqlQueueKeys = Config.optionKeys<SqlQueueOptions>({ queueName: true, tablePrefix: true })
-
-/** Checks the options of a SQL queue (producer or work queue) before it touches the database. */
-export const checkSqlQueueOptions = (constructor: string, options: SqlQueueOptions): Effect.Effect<void, ReliableConfigError> =>
-  Effect.all([
-    Config.checkKeys(constructor, options, sqlQueueKeys),
-    Config.checkName("queueName", options.queueName),
-    Config.checkTablePrefix(options.tablePrefix)
-  ], { discard: true })
+export type { SqlQueueOptions } from "./internal/SqlQueueSetup.js"
+export { checkSqlQueueOptions } from "./internal/SqlQueueSetup.js"
 
 // ---- rows ------------------------------------------------------------------------------------
 
 interface Head {
   readonly epoch: number
   readonly currentSeq: number
-  readonly confirmedSeq: number
+  /** Every entry at or below it is confirmed or dead-lettered. */
+  readonly lowMark: number
+  /** The highest seq a confirm reached. */
+  readonly cursor: number
+  /** At or below the lowest entry accepted after the cursor passed it; undefined when none is. */
+  readonly lateSeq: number | undefined
 }
 
 interface HeadRow {
   readonly epoch: number | string
   readonly current_seq: number | string
   readonly confirmed_seq: number | string
+  readonly confirm_cursor: number | string
+  readonly late_seq: number | string | null
 }
 
 interface EntryRow {
@@ -93,13 +103,15 @@ interface EntryRow {
   readonly part: number | string
   readonly part_count: number | string
   readonly payload: unknown
-  readonly accepted: number | string
+  readonly state: number | string
+  readonly enqueued_at: number | string | null
+  readonly trace: string | null
 }
 
-interface AcceptanceRow {
+interface StateRow {
   readonly seq: number | string
   readonly business_id: string
-  readonly accepted: number | string
+  readonly state: number | string
 }
 
 /** One row to insert: `seq` absolute, or relative to the allocated base on the fast path. */
@@ -109,23 +121,30 @@ interface NewRow {
   readonly part: number
   readonly partCount: number
   readonly payload: Uint8Array
-  /** 1 when stored accepted (`storeAccepted`), else 0. */
-  readonly accepted: number
+  /** Stored, or accepted (`storeAccepted`). */
+  readonly state: number
+  readonly at: number | undefined
+  readonly trace: string | undefined
 }
 
+const headColumns = "epoch, current_seq, confirmed_seq, confirm_cursor, late_seq"
+
 const decodeHead = (rows: ReadonlyArray<HeadRow>): Head =>
-  rows.length === 0 ? { epoch: 0, currentSeq: 0, confirmedSeq: 0 } : {
+  rows.length === 0 ? { epoch: 0, currentSeq: 0, lowMark: 0, cursor: 0, lateSeq: undefined } : {
     epoch: toNumber(rows[0].epoch),
     currentSeq: toNumber(rows[0].current_seq),
-    confirmedSeq: toNumber(rows[0].confirmed_seq)
+    lowMark: toNumber(rows[0].confirmed_seq),
+    cursor: toNumber(rows[0].confirm_cursor),
+    lateSeq: rows[0].late_seq === null ? undefined : toNumber(rows[0].late_seq)
   }
 
 const decodeEntry = (row: EntryRow): StoredEntry => {
   const partCount = toNumber(row.part_count)
   const payload = toBytes(row.payload)
+  const details = { at: row.enqueued_at === null ? undefined : toNumber(row.enqueued_at), trace: row.trace ?? undefined }
   return partCount === 0
-    ? Rules.makeEntry(toNumber(row.seq), row.business_id, payload)
-    : Rules.chunkEntry(toNumber(row.seq), row.business_id, toNumber(row.part), partCount, payload)
+    ? Rules.makeEntry(toNumber(row.seq), row.business_id, payload, undefined, details)
+    : Rules.chunkEntry(toNumber(row.seq), row.business_id, toNumber(row.part), partCount, payload, details)
 }
 
 /** Groups entry rows (ascending seq) into the messages that own them. */
@@ -133,33 +152,42 @@ const decodeMessages = (rows: ReadonlyArray<EntryRow>): Map<string, StoredMessag
   const messages = new Map<string, StoredMessage>()
   for (const row of rows) {
     const entry = decodeEntry(row)
-    const found = messages.get(row.business_id)
-    messages.set(
-      row.business_id,
-      found === undefined
-        ? {
-          messageId: row.business_id,
-          entries: [entry],
-          chunked: toNumber(row.part_count) > 0,
-          accepted: toNumber(row.accepted) === 1,
-          deadLettered: false,
-          confirmed: false
-        }
-        : { ...found, entries: [...found.entries, entry] }
-    )
+    const state = toNumber(row.state)
+    const found = messages.get(row.business_id) ?? {
+      messageId: row.business_id,
+      entries: [],
+      chunked: toNumber(row.part_count) > 0,
+      accepted: false,
+      deadLettered: false,
+      confirmed: false
+    }
+    messages.set(row.business_id, {
+      ...found,
+      entries: [...found.entries, entry],
+      accepted: found.accepted || state !== StateCode.Stored,
+      deadLettered: found.deadLettered || state === StateCode.DeadLettered,
+      confirmed: found.confirmed || state === StateCode.Confirmed
+    })
   }
   return messages
 }
 
 /** What `planAccept` needs: which ids are stored, and whether each is accepted. */
-const decodeAcceptance = (rows: ReadonlyArray<AcceptanceRow>): Map<string, StoredMessage> =>
+const decodeAcceptance = (rows: ReadonlyArray<StateRow>): Map<string, StoredMessage> =>
   new Map(rows.map((row) => [
     row.business_id,
-    { messageId: row.business_id, entries: [], chunked: false, accepted: toNumber(row.accepted) === 1, deadLettered: false, confirmed: false }
+    {
+      messageId: row.business_id,
+      entries: [],
+      chunked: false,
+      accepted: toNumber(row.state) !== StateCode.Stored,
+      deadLettered: false,
+      confirmed: false
+    }
   ]))
 
 /** The seqs of every entry of `ids` among `rows`. */
-const seqsOf = (rows: ReadonlyArray<AcceptanceRow>, ids: ReadonlyArray<string>): ReadonlyArray<number> => {
+const seqsOf = (rows: ReadonlyArray<StateRow>, ids: ReadonlyArray<string>): ReadonlyArray<number> => {
   const wanted = new Set(ids)
   return rows.filter((row) => wanted.has(row.business_id)).map((row) => toNumber(row.seq))
 }
@@ -172,7 +200,9 @@ const rowsOf = (messages: ReadonlyArray<StoredMessage>): ReadonlyArray<NewRow> =
       part: message.chunked ? index : 0,
       partCount: message.chunked ? message.entries.length : 0,
       payload: entry.payload,
-      accepted: message.accepted ? 1 : 0
+      state: message.accepted ? StateCode.Accepted : StateCode.Stored,
+      at: entry.at,
+      trace: entry.trace
     }))
   )
 
@@ -189,6 +219,7 @@ interface Queue {
   readonly name: string
   readonly queues: Identifier
   readonly entries: Identifier
+  readonly operators: OperatorTables
 }
 
 // ---- statements ------------------------------------------------------------------------------
@@ -197,13 +228,13 @@ interface Queue {
 const lockHead = ({ name, queues, sql }: Queue) =>
   Effect.map(
     sql.onDialectOrElse({
-      pg: () => sql<HeadRow>`SELECT epoch, current_seq, confirmed_seq FROM ${queues} WHERE name = ${name} FOR UPDATE`,
-      orElse: () =>
-        sql<HeadRow>`UPDATE ${queues} SET epoch = epoch WHERE name = ${name}
-          RETURNING epoch, current_seq, confirmed_seq`
+      pg: () => sql<HeadRow>`SELECT ${sql.literal(headColumns)} FROM ${queues} WHERE name = ${name} FOR UPDATE`,
+      orElse: () => sql<HeadRow>`UPDATE ${queues} SET epoch = epoch WHERE name = ${name} RETURNING ${sql.literal(headColumns)}`
     }),
     decodeHead
   )
+
+const entryColumns = "seq, business_id, part, part_count, payload, state, enqueued_at, trace"
 
 /**
  * The stored messages among `ids`, with their entries. On PostgreSQL each id is looked up on its
@@ -217,44 +248,44 @@ const selectMessages = ({ entries, name, sql }: Queue, ids: ReadonlyArray<string
     sql,
     ids,
     (all) =>
-      sql<EntryRow>`SELECT e.seq, e.business_id, e.part, e.part_count, e.payload, e.accepted
-        FROM unnest(${all}::text[]) AS i(id)
+      sql<EntryRow>`SELECT e.* FROM unnest(${pgTextArray(all)}::text[]) AS i(id)
         CROSS JOIN LATERAL (
-          SELECT seq, business_id, part, part_count, payload, accepted FROM ${entries}
-          WHERE queue = ${name} AND business_id = i.id OFFSET 0
+          SELECT ${sql.literal(entryColumns)} FROM ${entries} WHERE queue = ${name} AND business_id = i.id OFFSET 0
         ) AS e`,
-    (run) =>
-      sql<EntryRow>`SELECT seq, business_id, part, part_count, payload, accepted FROM ${entries}
-        WHERE queue = ${name} AND business_id IN ${sql.in(run)}`
+    (run) => sql<EntryRow>`SELECT ${sql.literal(entryColumns)} FROM ${entries} WHERE queue = ${name} AND business_id IN ${sql.in(run)}`
   ).pipe(Effect.map((rows) => decodeMessages([...rows].sort(bySeq))))
 
-/** The rows (seq, acceptance) of the stored messages among `ids`. */
-const selectAcceptance = ({ entries, name, sql }: Queue, ids: ReadonlyArray<string>) =>
+/** The rows (seq, state) of the stored messages among `ids`. */
+const selectStates = ({ entries, name, sql }: Queue, ids: ReadonlyArray<string>) =>
   inRuns(
     sql,
     ids,
     (all) =>
-      sql<AcceptanceRow>`SELECT e.seq, e.business_id, e.accepted FROM unnest(${all}::text[]) AS i(id)
+      sql<StateRow>`SELECT e.seq, e.business_id, e.state FROM unnest(${pgTextArray(all)}::text[]) AS i(id)
         CROSS JOIN LATERAL (
-          SELECT seq, business_id, accepted FROM ${entries} WHERE queue = ${name} AND business_id = i.id OFFSET 0
+          SELECT seq, business_id, state FROM ${entries} WHERE queue = ${name} AND business_id = i.id OFFSET 0
         ) AS e`,
-    (run) =>
-      sql<AcceptanceRow>`SELECT seq, business_id, accepted FROM ${entries}
-        WHERE queue = ${name} AND business_id IN ${sql.in(run)}`
+    (run) => sql<StateRow>`SELECT seq, business_id, state FROM ${entries} WHERE queue = ${name} AND business_id IN ${sql.in(run)}`
   )
+
+/** The rows as `unnest` arguments of a PostgreSQL statement, seqs first when `withSeq`. */
+const pgRows = (sql: SqlClient, rows: ReadonlyArray<NewRow>, withSeq: boolean) =>
+  sql`${withSeq ? sql`${pgInt8Array(rows.map((row) => row.seq))}::bigint[], ` : sql``}${
+    pgTextArray(rows.map((row) => row.businessId))
+  }::text[], ${pgInt8Array(rows.map((row) => row.part))}::bigint[], ${pgInt8Array(rows.map((row) => row.partCount))}::bigint[], ${
+    pgByteaArray(rows.map((row) => row.payload))
+  }::bytea[], ${pgInt2Array(rows.map((row) => row.state))}::smallint[], ${pgInt8Array(rows.map((row) => row.at))}::bigint[], ${
+    pgTextArray(rows.map((row) => row.trace))
+  }::text[]`
 
 const insertRows = ({ entries, name, sql }: Queue, rows: ReadonlyArray<NewRow>) =>
   inRuns(
     sql,
     rows,
     (all) =>
-      sql`INSERT INTO ${entries} (queue, seq, business_id, part, part_count, payload, accepted)
-        SELECT ${name}, r.seq, r.business_id, r.part, r.part_count, r.payload, r.accepted
-        FROM unnest(
-          ${all.map((row) => row.seq)}::bigint[], ${all.map((row) => row.businessId)}::text[],
-          ${all.map((row) => row.part)}::int[], ${all.map((row) => row.partCount)}::int[],
-          ${all.map((row) => toParam(row.payload))}::bytea[], ${all.map((row) => row.accepted)}::smallint[]
-        ) AS r(seq, business_id, part, part_count, payload, accepted)`,
+      sql`INSERT INTO ${entries} (queue, seq, business_id, part, part_count, payload, state, enqueued_at, trace)
+        SELECT ${name}, r.seq, r.business_id, r.part, r.part_count, r.payload, r.state, r.enqueued_at, r.trace
+        FROM unnest(${pgRows(sql, all, true)}) AS r(seq, business_id, part, part_count, payload, state, enqueued_at, trace)`,
     (run) =>
       sql`INSERT INTO ${entries} ${
         sql.insert(run.map((row) => ({
@@ -264,19 +295,49 @@ const insertRows = ({ entries, name, sql }: Queue, rows: ReadonlyArray<NewRow>) 
           part: row.part,
           part_count: row.partCount,
           payload: toParam(row.payload),
-          accepted: row.accepted
+          state: row.state,
+          enqueued_at: row.at ?? null,
+          trace: row.trace ?? null
         })))
       }`
   )
 
-/** Accepts entries by seq (the primary key). */
+/** Accepts stored entries by seq (the primary key). */
 const setAccepted = ({ entries, name, sql }: Queue, seqs: ReadonlyArray<number>) =>
   inRuns(
     sql,
     seqs,
-    (all) => sql`UPDATE ${entries} SET accepted = 1 WHERE queue = ${name} AND seq = ANY(${all}::bigint[])`,
-    (run) => sql`UPDATE ${entries} SET accepted = 1 WHERE queue = ${name} AND seq IN ${sql.in(run)}`
+    (all) =>
+      sql`UPDATE ${entries} SET state = ${StateCode.Accepted}
+        WHERE queue = ${name} AND seq = ANY(${pgInt8Array(all)}::bigint[]) AND state = ${StateCode.Stored}`,
+    (run) =>
+      sql`UPDATE ${entries} SET state = ${StateCode.Accepted} WHERE queue = ${name} AND seq IN ${sql.in(run)} AND state = ${StateCode.Stored}`
   )
+
+/**
+ * Accepts entries (locked path) and remembers the lowest one the confirm cursor passed already,
+ * so a later confirm and every load find it.
+ */
+const acceptSeqs = (queue: Queue, head: Head, seqs: ReadonlyArray<number>) =>
+  Effect.gen(function*() {
+    if (seqs.length === 0) return
+    yield* setAccepted(queue, seqs)
+    const late = Math.min(...seqs)
+    if (late > head.cursor || (head.lateSeq !== undefined && head.lateSeq <= late)) return
+    yield* queue.sql`UPDATE ${queue.queues} SET late_seq = ${late} WHERE name = ${queue.name}`
+  })
+
+/**
+ * The low mark after a change: from where it was, up to just below the first entry still stored
+ * or accepted (or the highest seq when there is none). The walk covers only entries finished
+ * since, so it stays short.
+ */
+const lowMarkFrom = ({ entries, name, sql }: Queue, lowMark: number) =>
+  sql`COALESCE(
+    (SELECT seq - 1 FROM ${entries} WHERE queue = ${name} AND seq > ${lowMark}
+      AND state IN (${StateCode.Stored}, ${StateCode.Accepted}) ORDER BY seq LIMIT 1),
+    current_seq
+  )`
 
 /** Locks the queue, checks the epoch, then runs `body` in the same transaction. */
 const locked = <A, E>(queue: Queue, epoch: QueueEpoch, body: (head: Head) => Effect.Effect<A, E | SqlError>) =>
@@ -292,7 +353,10 @@ const locked = <A, E>(queue: Queue, epoch: QueueEpoch, body: (head: Head) => Eff
 
 // ---- load ------------------------------------------------------------------------------------
 
-/** Takes the next epoch and reads the accepted entries above the watermark. */
+/**
+ * Takes the next epoch and reads every accepted entry: the late ones from `late_seq`, the rest
+ * above the cursor and the low mark.
+ */
 const load = (queue: Queue): Effect.Effect<LoadResult, QueueBackendError> => {
   const { entries, name, queues, sql } = queue
   return transaction(
@@ -302,13 +366,14 @@ const load = (queue: Queue): Effect.Effect<LoadResult, QueueBackendError> => {
         yield* sql<HeadRow>`INSERT INTO ${queues} (name, epoch, current_seq, confirmed_seq)
           VALUES (${name}, 1, 0, 0)
           ON CONFLICT (name) DO UPDATE SET epoch = ${queues}.epoch + 1
-          RETURNING epoch, current_seq, confirmed_seq`
+          RETURNING ${sql.literal(headColumns)}`
       )
-      const rows = yield* sql<EntryRow>`SELECT seq, business_id, part, part_count, payload, accepted
-        FROM ${entries} WHERE queue = ${name} AND seq > ${head.confirmedSeq} AND accepted = 1 ORDER BY seq`
+      const from = Math.min(head.lateSeq ?? Infinity, Math.max(head.cursor, head.lowMark) + 1)
+      const rows = yield* sql<EntryRow>`SELECT ${sql.literal(entryColumns)} FROM ${entries}
+        WHERE queue = ${name} AND seq >= ${from} AND state = ${StateCode.Accepted} ORDER BY seq`
       return {
         epoch: head.epoch,
-        state: { currentSeq: head.currentSeq, confirmedSeq: head.confirmedSeq, unconfirmed: rows.map(decodeEntry) }
+        state: { currentSeq: head.currentSeq, confirmedSeq: head.lowMark, unconfirmed: rows.map(decodeEntry) }
       }
     })
   ).pipe(Effect.mapError((cause) => new QueueBackendError({ operation: "load", cause })))
@@ -326,22 +391,24 @@ const storeLocked = <E>(queue: Queue, epoch: QueueEpoch, command: StoreCommand, 
         yield* insertRows(queue, rowsOf(planned.appended))
         yield* queue.sql`UPDATE ${queue.queues} SET current_seq = ${planned.currentSeq} WHERE name = ${queue.name}`
       }
-      if (planned.accepts.length > 0) {
-        yield* setAccepted(queue, planned.accepts.flatMap((message) => message.entries.map((entry) => entry.seq)))
-      }
+      yield* acceptSeqs(queue, head, planned.accepts.flatMap((message) => message.entries.map((entry) => entry.seq)))
+      yield* takeFromBacklog(queue.operators, Rules.backlogIds(command))
       return planned.results
     }))
 
 /**
- * PostgreSQL, one statement: assume every id is new, allocate the seqs and insert, all guarded by
- * the epoch. A stored id trips the unique index and the statement writes nothing; a stale epoch
- * matches no queue row. Either way `None` sends the request to the locked path.
+ * PostgreSQL, one statement: assume every id is new, allocate the seqs and insert (and take the
+ * ids out of the backlog), all guarded by the epoch. A stored id trips the unique index and the
+ * statement writes nothing; a stale epoch matches no queue row. Either way `None` sends the
+ * request to the locked path.
  */
 const storeFast = <E>(
-  { entries, name, queues, sql }: Queue,
+  queue: Queue,
   epoch: QueueEpoch,
+  command: StoreCommand,
   plan: Planner<E>
 ): Effect.Effect<Option.Option<ReadonlyArray<StoreResult>>, SqlError> => {
+  const { entries, name, queues, sql } = queue
   const draft = plan(0, () => undefined)
   if (Either.isLeft(draft) || draft.right.appended.length === 0) return Effect.succeedNone
   const rows = rowsOf(draft.right.appended)
@@ -352,15 +419,12 @@ const storeFast = <E>(
       WHERE name = ${name} AND epoch = ${epoch}
       RETURNING current_seq - ${count} AS base
     ), inserted AS (
-      INSERT INTO ${entries} (queue, seq, business_id, part, part_count, payload, accepted)
-      SELECT ${name}, q.base + r.seq, r.business_id, r.part, r.part_count, r.payload, r.accepted
-      FROM q, unnest(
-        ${rows.map((row) => row.businessId)}::text[], ${rows.map((row) => row.part)}::int[],
-        ${rows.map((row) => row.partCount)}::int[], ${rows.map((row) => toParam(row.payload))}::bytea[],
-        ${rows.map((row) => row.accepted)}::smallint[]
-      ) WITH ORDINALITY AS r(business_id, part, part_count, payload, accepted, seq)
+      INSERT INTO ${entries} (queue, seq, business_id, part, part_count, payload, state, enqueued_at, trace)
+      SELECT ${name}, q.base + r.seq, r.business_id, r.part, r.part_count, r.payload, r.state, r.enqueued_at, r.trace
+      FROM q, unnest(${pgRows(sql, rows, false)}) WITH ORDINALITY
+        AS r(business_id, part, part_count, payload, state, enqueued_at, trace, seq)
       RETURNING 1
-    )
+    )${takeFromBacklogCte(queue.operators, Rules.backlogIds(command))}
     SELECT (SELECT base FROM q) AS base, (SELECT count(*) FROM inserted) AS inserted`.pipe(
     Effect.map((result) => {
       const row = result[0]
@@ -382,7 +446,7 @@ const store = <E>(
   if (invalid !== undefined) return Effect.fail(invalid)
   const run = queue.sql.onDialectOrElse({
     pg: () =>
-      Effect.flatMap(storeFast(queue, epoch, plan), (fast) =>
+      Effect.flatMap(storeFast(queue, epoch, command, plan), (fast) =>
         Option.isSome(fast) ? Effect.succeed(fast.value) : storeLocked(queue, epoch, command, plan)),
     orElse: () => storeLocked(queue, epoch, command, plan)
   })
@@ -400,63 +464,76 @@ const storeWhole = (
   store(queue, operation, epoch, { _tag: "Whole", requests }, (currentSeq, lookup) =>
     (accept ? Rules.planWholeAccepted : Rules.planWhole)(currentSeq, lookup, requests))
 
-const storeChunked = (queue: Queue, epoch: QueueEpoch, messageId: string, chunks: ReadonlyArray<Uint8Array>) =>
+const storeChunked = (
+  queue: Queue,
+  epoch: QueueEpoch,
+  messageId: string,
+  chunks: ReadonlyArray<Uint8Array>,
+  options: StoreOptions | undefined
+) =>
   store(
     queue,
     "storeChunked",
     epoch,
-    { _tag: "Chunked", messageId, chunks },
-    (currentSeq, lookup) => Either.right(Rules.planChunked(currentSeq, lookup, messageId, chunks))
+    { _tag: "Chunked", messageId, chunks, options },
+    (currentSeq, lookup) => Either.right(Rules.planChunked(currentSeq, lookup, messageId, chunks, options))
   )
 
 // ---- accept ----------------------------------------------------------------------------------
 
 const acceptLocked = (queue: Queue, epoch: QueueEpoch, ids: ReadonlyArray<string>) =>
-  locked(queue, epoch, () =>
+  locked(queue, epoch, (head) =>
     Effect.gen(function*() {
-      const rows = yield* selectAcceptance(queue, ids)
+      const rows = yield* selectStates(queue, ids)
       const found = decodeAcceptance(rows)
       const toAccept = yield* Rules.planAccept((id) => found.get(id), ids)
-      yield* setAccepted(queue, seqsOf(rows, toAccept))
+      yield* acceptSeqs(queue, head, seqsOf(rows, toAccept))
     }))
 
 /**
- * PostgreSQL, one statement: accept one message when the epoch holds. The shared lock on the queue
- * row orders it against `load`, which updates that row. No row updated (unknown id, already
- * accepted, stale epoch) sends the request to the locked path.
+ * PostgreSQL, one statement: accept one message above the confirm cursor when the epoch holds.
+ * The shared lock on the queue row orders it against `load` and `confirm`, which update that row.
+ * No row updated (unknown id, already accepted, stale epoch, a late accept) sends the request to
+ * the locked path.
  */
 const acceptOneFast = ({ entries, name, queues, sql }: Queue, epoch: QueueEpoch, id: string) =>
-  sql`UPDATE ${entries} AS e SET accepted = 1
-    FROM (SELECT epoch FROM ${queues} WHERE name = ${name} FOR SHARE) AS q
-    WHERE e.queue = ${name} AND e.business_id = ${id} AND e.accepted = 0 AND q.epoch = ${epoch}
+  sql`UPDATE ${entries} AS e SET state = ${StateCode.Accepted}
+    FROM (SELECT epoch, confirm_cursor FROM ${queues} WHERE name = ${name} FOR SHARE) AS q
+    WHERE e.queue = ${name} AND e.business_id = ${id} AND e.state = ${StateCode.Stored} AND q.epoch = ${epoch}
+      AND e.seq > q.confirm_cursor
     RETURNING e.seq`.pipe(Effect.map((rows) => rows.length > 0))
 
 /**
- * PostgreSQL, one statement: accept several messages when the epoch holds and every id is stored
- * (a failed batch must write nothing); otherwise write nothing and return false. The entries are
- * found id by id (a lateral join) and updated by seq, so the plan never scans the queue.
+ * PostgreSQL, one statement: accept several messages when the epoch holds, every id is stored and
+ * none is late (a failed batch must write nothing); otherwise write nothing and return false. The
+ * entries are found id by id (a lateral join) and updated by seq, so the plan never scans the
+ * queue.
  */
 const acceptManyFast = ({ entries, name, queues, sql }: Queue, epoch: QueueEpoch, ids: ReadonlyArray<string>) =>
-  sql<{ readonly epoch: number | string | null; readonly found: number | string }>`WITH q AS (
-      SELECT epoch FROM ${queues} WHERE name = ${name} FOR SHARE
+  sql<{ readonly epoch: number | string | null; readonly found: number | string; readonly late: number | string }>`WITH q AS (
+      SELECT epoch, confirm_cursor FROM ${queues} WHERE name = ${name} FOR SHARE
     ), found AS (
-      SELECT e.seq, e.business_id, e.accepted FROM unnest(${ids}::text[]) AS i(id)
+      SELECT e.seq, e.business_id, e.state FROM unnest(${pgTextArray(ids)}::text[]) AS i(id)
       CROSS JOIN LATERAL (
-        SELECT seq, business_id, accepted FROM ${entries} WHERE queue = ${name} AND business_id = i.id OFFSET 0
+        SELECT seq, business_id, state FROM ${entries} WHERE queue = ${name} AND business_id = i.id OFFSET 0
       ) AS e
     ), counted AS (
-      SELECT count(DISTINCT business_id) AS n FROM found
+      SELECT count(DISTINCT business_id) AS n,
+        count(*) FILTER (WHERE state = ${StateCode.Stored} AND seq <= (SELECT confirm_cursor FROM q)) AS late
+      FROM found
     ), updated AS (
-      UPDATE ${entries} SET accepted = 1
-      WHERE queue = ${name} AND seq = ANY(ARRAY(SELECT seq FROM found WHERE accepted = 0)) AND accepted = 0
-        AND (SELECT epoch FROM q) = ${epoch} AND (SELECT n FROM counted) = ${ids.length}
+      UPDATE ${entries} SET state = ${StateCode.Accepted}
+      WHERE queue = ${name} AND seq = ANY(ARRAY(SELECT seq FROM found WHERE state = ${StateCode.Stored}))
+        AND state = ${StateCode.Stored}
+        AND (SELECT epoch FROM q) = ${epoch} AND (SELECT n FROM counted) = ${ids.length} AND (SELECT late FROM counted) = 0
       RETURNING 1
     )
-    SELECT (SELECT epoch FROM q) AS epoch, (SELECT n FROM counted) AS found, (SELECT count(*) FROM updated) AS updated`
+    SELECT (SELECT epoch FROM q) AS epoch, (SELECT n FROM counted) AS found, (SELECT late FROM counted) AS late,
+      (SELECT count(*) FROM updated) AS updated`
     .pipe(
       Effect.map((rows) =>
         rows.length === 1 && rows[0].epoch !== null && toNumber(rows[0].epoch) === epoch &&
-        toNumber(rows[0].found) === ids.length
+        toNumber(rows[0].found) === ids.length && toNumber(rows[0].late) === 0
       )
     )
 
@@ -481,9 +558,17 @@ const accept = (
 
 // ---- confirm ---------------------------------------------------------------------------------
 
+/** Marks the accepted entries in [from, to] confirmed, dropping their payloads. */
+const confirmRange = ({ entries, name, sql }: Queue, from: number, to: number) =>
+  from > to ? Effect.void : Effect.asVoid(
+    sql`UPDATE ${entries} SET state = ${StateCode.Confirmed}, payload = ${toParam(emptyBytes)}
+      WHERE queue = ${name} AND seq >= ${from} AND seq <= ${to} AND state = ${StateCode.Accepted}`
+  )
+
 /**
- * Raises the watermark and compacts the payloads of the accepted entries it confirms (a stored,
- * never-accepted message keeps its payload for the resubmission that follows).
+ * Confirms the accepted entries up to `upToSeq`: those above the cursor (the everyday run of
+ * recent entries), and the late ones when `late_seq` says there are some. Then the low mark moves
+ * up, and the cursor with the confirm.
  */
 const confirm = (
   queue: Queue,
@@ -493,12 +578,42 @@ const confirm = (
   const { entries, name, queues, sql } = queue
   return locked(queue, epoch, (head) =>
     Effect.gen(function*() {
-      const watermark = yield* Rules.planConfirm(head.currentSeq, head.confirmedSeq, upToSeq)
-      if (watermark === undefined) return
-      yield* sql`UPDATE ${queues} SET confirmed_seq = ${watermark} WHERE name = ${name}`
-      yield* sql`UPDATE ${entries} SET payload = ${toParam(emptyBytes)}
-        WHERE queue = ${name} AND seq > ${head.confirmedSeq} AND seq <= ${watermark} AND accepted = 1`
+      const upTo = yield* Rules.planConfirm(head.currentSeq, head.lowMark, upToSeq)
+      if (upTo === undefined) return
+      yield* confirmRange(queue, Math.max(head.cursor, head.lowMark) + 1, upTo)
+      let lateSeq = head.lateSeq
+      if (lateSeq !== undefined && lateSeq <= upTo) {
+        yield* confirmRange(queue, lateSeq, Math.min(upTo, head.cursor))
+        const left = upTo >= head.cursor ? [] : yield* sql<{ readonly seq: number | string }>`SELECT seq FROM ${entries}
+          WHERE queue = ${name} AND seq > ${upTo} AND seq <= ${head.cursor} AND state = ${StateCode.Accepted}
+          ORDER BY seq LIMIT 1`
+        lateSeq = left.length === 0 ? undefined : toNumber(left[0].seq)
+      }
+      yield* sql`UPDATE ${queues} SET confirmed_seq = ${lowMarkFrom(queue, head.lowMark)},
+        confirm_cursor = ${Math.max(head.cursor, upTo)}, late_seq = ${lateSeq ?? null}
+        WHERE name = ${name}`
     })).pipe(mapSqlError("confirm"))
+}
+
+// ---- dead letters ----------------------------------------------------------------------------
+
+/** Marks a message dead-lettered (every chunk), keeping its payload; the low mark moves past it. */
+const deadLetter = (
+  queue: Queue,
+  epoch: QueueEpoch,
+  request: DeadLetterRequest
+): Effect.Effect<void, QueueFenced | QueueConflict | QueueBackendError> => {
+  const { entries, name, queues, sql } = queue
+  return locked(queue, epoch, (head) =>
+    Effect.gen(function*() {
+      const found = yield* selectMessages(queue, [request.messageId])
+      const message = yield* Rules.planDeadLetter((id) => found.get(id), request)
+      if (message === undefined) return
+      yield* sql`UPDATE ${entries} SET state = ${StateCode.DeadLettered}, attempts = ${request.attempts},
+        last_error = ${request.lastError}, dead_at = ${request.at}
+        WHERE queue = ${name} AND business_id = ${request.messageId}`
+      yield* sql`UPDATE ${queues} SET confirmed_seq = ${lowMarkFrom(queue, head.lowMark)} WHERE name = ${name}`
+    })).pipe(mapSqlError("deadLetter"))
 }
 
 // ---- the service -----------------------------------------------------------------------------
@@ -508,47 +623,37 @@ export const makeSql = (
   options: SqlQueueOptions
 ): Effect.Effect<DurableProducerQueueService, QueueBackendError | ReliableConfigError, SqlClient> =>
   Effect.gen(function*() {
-    yield* checkSqlQueueOptions("DurableQueue.makeSql", options)
-    const sql = (yield* SqlClient).withoutTransforms()
-    yield* dialectOf(sql)
-    const t = yield* tables(options.tablePrefix)
-    yield* Effect.mapError(migrate(sql, t), (cause) => new QueueBackendError({ operation: "migrate", cause }))
-    const queue: Queue = {
-      sql,
-      name: options.queueName,
-      queues: sql(t.producerQueues),
-      entries: sql(t.producerEntries)
-    }
+    const { listen, sql, tables: t } = yield* setUp("DurableQueue.makeSql", options)
+    const operators = operatorTables(sql, t, options.queueName, "producer")
+    const queue: Queue = { sql, name: options.queueName, queues: operators.queues, entries: operators.entries, operators }
     return {
+      ...makeOperators(operators, listen),
       load: load(queue),
       store: (epoch, request) => Effect.map(storeWhole(queue, "store", epoch, [request], false), (results) => results[0]),
-      storeChunked: (epoch, messageId, chunks) =>
-        Effect.map(storeChunked(queue, epoch, messageId, chunks), (results) => results[0]),
+      storeChunked: (epoch, messageId, chunks, storeOptions) =>
+        Effect.map(storeChunked(queue, epoch, messageId, chunks, storeOptions), (results) => results[0]),
       storeBatch: (epoch, requests) => storeWhole(queue, "storeBatch", epoch, requests, false),
       accept: (epoch, messageId) => accept(queue, "accept", epoch, [messageId]),
       acceptBatch: (epoch, messageIds) => accept(queue, "acceptBatch", epoch, messageIds),
       confirm: (epoch, upToSeq) => confirm(queue, epoch, upToSeq),
       storeAccepted: (epoch, requests) => storeWhole(queue, "storeAccepted", epoch, requests, true),
-      deadLetter: () => notYet("deadLetter"),
-      ...pendingOperators
+      deadLetter: (epoch, request) => deadLetter(queue, epoch, request)
     }
   })
-
-/** Until the SQL queues implement them (the next commit): every new operation fails. */
-const notYet = (operation: string) =>
-  Effect.fail(new QueueBackendError({ operation, cause: new Error(`${operation} is not implemented on SQL yet`) }))
-
-export const pendingOperators: QueueOperatorService = {
-  enqueue: () => notYet("enqueue"),
-  backlog: () => notYet("backlog"),
-  deadLetters: () => notYet("deadLetters"),
-  requeueDeadLetter: () => notYet("requeueDeadLetter"),
-  discardDeadLetter: () => notYet("discardDeadLetter"),
-  inspect: () => notYet("inspect")
-}
 
 /** The SQL producer queue as a layer; the tables are created (if missing) when it is built. */
 export const layerSql = (
   options: SqlQueueOptions
 ): Layer.Layer<DurableProducerQueue, QueueBackendError | ReliableConfigError, SqlClient> =>
   Layer.effect(DurableProducerQueue, makeSql(options))
+
+/**
+ * `layerSql` with its options read from Effect `Config` (e.g. the environment), as
+ * `PgClient.layerConfig` reads its own: `layerSqlConfig({ queueName: Config.string("QUEUE_NAME") })`.
+ * A value `Config` cannot read is a `ConfigError`; a value it reads but the queue refuses (a bad
+ * table prefix, a blank name) is a `ReliableConfigError`.
+ */
+export const layerSqlConfig = (
+  config: Config.Config.Wrap<SqlQueueOptions>
+): Layer.Layer<DurableProducerQueue, ConfigError.ConfigError | QueueBackendError | ReliableConfigError, SqlClient> =>
+  Layer.unwrapEffect(Effect.map(Config.unwrap(config), layerSql))

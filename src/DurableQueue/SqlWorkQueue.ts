@@ -4,11 +4,12 @@
  * in-memory work queue; only the statements differ per dialect.
  *
  * Storage: `<prefix>work_queues` holds one row per queue (epoch, highest seq, and `settled_seq`:
- * every job at or below it is confirmed); `<prefix>work_entries` one row per job with its state
- * (stored, accepted, confirmed), keyed by queue name. No index depends on the state, so a
- * confirmation updates its row in place (a PostgreSQL HOT update); a load reads the jobs above
- * `settled_seq` and moves it up to just below the oldest job not confirmed. The tables are
- * created by migrations when the layer is built.
+ * every job at or below it is confirmed or dead-lettered); `<prefix>work_entries` one row per job
+ * with its state (stored, accepted, confirmed, dead-lettered), its send time and trace, and its
+ * failed attempts, keyed by queue name. No index depends on the state, so a confirmation updates
+ * its row in place (a PostgreSQL HOT update); a load reads the jobs above `settled_seq` and moves
+ * it up to just below the oldest job not finished. The backlog, dead letters and inspection are
+ * `internal/SqlOperators`. The tables are created by migrations when the layer is built.
  *
  * Concurrency: every write locks its queue's row first and checks the epoch in that transaction,
  * as the SQL producer queue does; on PostgreSQL the everyday writes (storing new jobs, accepting
@@ -22,17 +23,20 @@
  * `confirmMessage` does nothing and a resubmission answers `alreadyStored` with `confirmed: true`
  * (and an empty payload) instead of being dispatched again.
  */
-import { SqlClient } from "@effect/sql/SqlClient"
+import type { SqlClient } from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import type { Identifier } from "@effect/sql/Statement"
-import { Effect, Layer, Option } from "effect"
-import type { QueueEpoch, StoreRequest } from "./DurableProducerQueue.js"
-import type { DurableWorkQueueService, WorkLoadResult, WorkStoreResult } from "./DurableWorkQueue.js"
+import { Config, Effect, Layer, Option } from "effect"
+import type { ConfigError } from "effect"
+import type { DeadLetterRequest, QueueEpoch, StoreRequest } from "./DurableProducerQueue.js"
+import type { DurableWorkQueueService, FailureRequest, WorkLoadResult, WorkStoreResult } from "./DurableWorkQueue.js"
 import { DurableWorkQueue } from "./DurableWorkQueue.js"
 import { checkEpoch, distinct, makeEntry } from "./internal/ProducerQueueRules.js"
-import { migrate, tables } from "./internal/SqlSchema.js"
+import type { OperatorTables } from "./internal/SqlOperators.js"
+import { makeOperators, operatorTables, takeFromBacklog, takeFromBacklogCte } from "./internal/SqlOperators.js"
+import { setUp } from "./internal/SqlQueueSetup.js"
+import type { SqlQueueOptions } from "./internal/SqlQueueSetup.js"
 import {
-  dialectOf,
   inRuns,
   isFastPathMiss,
   mapSqlError,
@@ -50,11 +54,9 @@ import type { JobState, StoredJob } from "./internal/WorkQueueRules.js"
 import * as Rules from "./internal/WorkQueueRules.js"
 import type { QueueConflict, QueueFenced, QueueRejected } from "./QueueErrors.js"
 import { QueueBackendError } from "./QueueErrors.js"
-import { checkSqlQueueOptions, pendingOperators } from "./SqlProducerQueue.js"
-import type { SqlQueueOptions } from "./SqlProducerQueue.js"
 import type { ReliableConfigError } from "../Protocol/Errors.js"
 
-export type { SqlQueueOptions } from "./SqlProducerQueue.js"
+export type { SqlQueueOptions } from "./internal/SqlQueueSetup.js"
 
 // ---- rows ------------------------------------------------------------------------------------
 
@@ -73,7 +75,13 @@ interface JobRow {
   readonly message_id: string
   readonly payload: unknown
   readonly state: number | string
+  readonly enqueued_at: number | string | null
+  readonly trace: string | null
+  readonly attempts: number | string
+  readonly not_before: number | string | null
 }
+
+const jobColumns = "seq, message_id, payload, state, enqueued_at, trace, attempts, not_before"
 
 interface StateRow {
   readonly seq: number | string
@@ -81,17 +89,20 @@ interface StateRow {
   readonly state: number | string
 }
 
-/** The `state` column: 0 stored, 1 accepted, 2 confirmed (payload compacted). */
+/** The `state` column: 0 stored, 1 accepted, 2 confirmed (payload compacted), 3 dead-lettered. */
 const Stored = 0
 const Accepted = 1
 const Confirmed = 2
+const DeadLettered = 3
 type Step = typeof Accepted | typeof Confirmed
 
-const stateNames: ReadonlyArray<JobState> = ["Stored", "Accepted", "Confirmed"]
+const stateNames: ReadonlyArray<JobState> = ["Stored", "Accepted", "Confirmed", "DeadLettered"]
 
 const decodeState = (value: number | string): JobState => stateNames[toNumber(value)] ?? "Stored"
 
-const stateCode = (state: JobState): number => state === "Stored" ? Stored : state === "Accepted" ? Accepted : Confirmed
+const stateCode = (state: JobState): number => stateNames.indexOf(state)
+
+const nullableNumber = (value: number | string | null): number | undefined => value === null ? undefined : toNumber(value)
 
 const decodeHead = (rows: ReadonlyArray<HeadRow>): Head =>
   rows.length === 0 ? { epoch: 0, currentSeq: 0 } : {
@@ -100,7 +111,12 @@ const decodeHead = (rows: ReadonlyArray<HeadRow>): Head =>
   }
 
 const decodeJob = (row: JobRow): StoredJob => ({
-  entry: makeEntry(toNumber(row.seq), row.message_id, toBytes(row.payload)),
+  entry: makeEntry(toNumber(row.seq), row.message_id, toBytes(row.payload), undefined, {
+    at: nullableNumber(row.enqueued_at),
+    trace: row.trace ?? undefined,
+    attempts: toNumber(row.attempts),
+    notBefore: nullableNumber(row.not_before)
+  }),
   state: decodeState(row.state)
 })
 
@@ -112,6 +128,7 @@ interface Queue {
   readonly name: string
   readonly queues: Identifier
   readonly entries: Identifier
+  readonly operators: OperatorTables
 }
 
 // ---- statements ------------------------------------------------------------------------------
@@ -136,12 +153,12 @@ const selectJobs = ({ entries, name, sql }: Queue, ids: ReadonlyArray<string>) =
     sql,
     ids,
     (all) =>
-      sql<JobRow>`SELECT e.seq, e.message_id, e.payload, e.state FROM unnest(${pgTextArray(all)}::text[]) AS i(id)
+      sql<JobRow>`SELECT e.* FROM unnest(${pgTextArray(all)}::text[]) AS i(id)
         CROSS JOIN LATERAL (
-          SELECT seq, message_id, payload, state FROM ${entries} WHERE queue = ${name} AND message_id = i.id OFFSET 0
+          SELECT ${sql.literal(jobColumns)} FROM ${entries} WHERE queue = ${name} AND message_id = i.id OFFSET 0
         ) AS e`,
     (run) =>
-      sql<JobRow>`SELECT seq, message_id, payload, state FROM ${entries}
+      sql<JobRow>`SELECT ${sql.literal(jobColumns)} FROM ${entries}
         WHERE queue = ${name} AND message_id IN ${sql.in(run)}`
   ).pipe(Effect.map((rows) => new Map(rows.map((row) => [row.message_id, decodeJob(row)]))))
 
@@ -161,17 +178,22 @@ const selectStates = ({ entries, name, sql }: Queue, ids: ReadonlyArray<string>)
       }`
   )
 
+/** New jobs as `unnest` arguments of a PostgreSQL statement, without their seqs. */
+const pgJobs = (sql: SqlClient, jobs: ReadonlyArray<StoredJob>) =>
+  sql`${pgTextArray(jobs.map((job) => job.entry.messageId))}::text[], ${pgByteaArray(jobs.map((job) => job.entry.payload))}::bytea[], ${
+    pgInt2Array(jobs.map((job) => stateCode(job.state)))
+  }::smallint[], ${pgInt8Array(jobs.map((job) => job.entry.at))}::bigint[], ${pgTextArray(jobs.map((job) => job.entry.trace))}::text[]`
+
 const insertJobs = ({ entries, name, sql }: Queue, jobs: ReadonlyArray<StoredJob>) =>
   inRuns(
     sql,
     jobs,
     (all) =>
-      sql`INSERT INTO ${entries} (queue, seq, message_id, payload, state)
-        SELECT ${name}, r.seq, r.message_id, r.payload, r.state
+      sql`INSERT INTO ${entries} (queue, seq, message_id, payload, state, enqueued_at, trace)
+        SELECT ${name}, r.seq, r.message_id, r.payload, r.state, r.enqueued_at, r.trace
         FROM unnest(
-          ${pgInt8Array(all.map((job) => job.entry.seq))}::bigint[], ${pgTextArray(all.map((job) => job.entry.messageId))}::text[],
-          ${pgByteaArray(all.map((job) => job.entry.payload))}::bytea[], ${pgInt2Array(all.map((job) => stateCode(job.state)))}::smallint[]
-        ) AS r(seq, message_id, payload, state)`,
+          ${pgInt8Array(all.map((job) => job.entry.seq))}::bigint[], ${pgJobs(sql, all)}
+        ) AS r(seq, message_id, payload, state, enqueued_at, trace)`,
     (run) =>
       sql`INSERT INTO ${entries} ${
         sql.insert(run.map((job) => ({
@@ -179,7 +201,9 @@ const insertJobs = ({ entries, name, sql }: Queue, jobs: ReadonlyArray<StoredJob
           seq: job.entry.seq,
           message_id: job.entry.messageId,
           payload: toParam(job.entry.payload),
-          state: stateCode(job.state)
+          state: stateCode(job.state),
+          enqueued_at: job.entry.at ?? null,
+          trace: job.entry.trace ?? null
         })))
       }`
   )
@@ -212,9 +236,9 @@ const locked = <A, E>(queue: Queue, epoch: QueueEpoch, body: (head: Head) => Eff
 // ---- load ------------------------------------------------------------------------------------
 
 /**
- * Takes the next epoch and reads the accepted, unconfirmed jobs: those above `settled_seq` (the
- * rows below it are all confirmed). `settled_seq` then moves up to just below the oldest job not
- * confirmed, stored-only jobs included (an accept may still come for them), so the next load
+ * Takes the next epoch and reads the accepted jobs: those above `settled_seq` (the rows below it
+ * are all confirmed or dead-lettered). `settled_seq` then moves up to just below the oldest job
+ * not finished, stored-only jobs included (an accept may still come for them), so the next load
  * reads only what came after. The new epoch's lock keeps every writer out meanwhile.
  */
 const load = ({ entries, name, queues, sql }: Queue): Effect.Effect<WorkLoadResult, QueueBackendError> =>
@@ -231,8 +255,8 @@ const load = ({ entries, name, queues, sql }: Queue): Effect.Effect<WorkLoadResu
           RETURNING epoch, current_seq, settled_seq`
       const { currentSeq, epoch } = decodeHead(head)
       const settled = toNumber(head[0].settled_seq)
-      const rows = yield* sql<JobRow>`SELECT seq, message_id, payload, state FROM ${entries}
-        WHERE queue = ${name} AND seq > ${settled} AND state <> ${Confirmed} ORDER BY seq`
+      const rows = yield* sql<JobRow>`SELECT ${sql.literal(jobColumns)} FROM ${entries}
+        WHERE queue = ${name} AND seq > ${settled} AND state IN (${Stored}, ${Accepted}) ORDER BY seq`
       const settledNow = rows.length === 0 ? currentSeq : toNumber(rows[0].seq) - 1
       if (settledNow > settled) yield* sql`UPDATE ${queues} SET settled_seq = ${settledNow} WHERE name = ${name}`
       const pending = rows.filter((row) => toNumber(row.state) === Accepted).map((row) => decodeJob(row).entry)
@@ -245,6 +269,10 @@ const load = ({ entries, name, queues, sql }: Queue): Effect.Effect<WorkLoadResu
 /** Plans a store: `planStore`, or `planStoreAccepted` for `storeAccepted`. */
 type Planner = typeof Rules.planStore
 
+/** The ids a store takes out of the backlog. */
+const backlogIds = (requests: ReadonlyArray<StoreRequest>): ReadonlyArray<string> =>
+  distinct(requests.filter((request) => request.fromBacklog === true).map((request) => request.messageId))
+
 const storeLocked = (queue: Queue, epoch: QueueEpoch, requests: ReadonlyArray<StoreRequest>, planner: Planner) =>
   locked(queue, epoch, (head) =>
     Effect.gen(function*() {
@@ -255,20 +283,23 @@ const storeLocked = (queue: Queue, epoch: QueueEpoch, requests: ReadonlyArray<St
         yield* queue.sql`UPDATE ${queue.queues} SET current_seq = ${plan.currentSeq} WHERE name = ${queue.name}`
       }
       if (plan.accepts.length > 0) yield* setState(queue, plan.accepts.map((job) => job.entry.seq), Accepted)
+      yield* takeFromBacklog(queue.operators, backlogIds(requests))
       return plan.results
     }))
 
 /**
- * PostgreSQL, one statement: assume every id is new, allocate the seqs and insert, all guarded by
- * the epoch. A stored id trips the unique index and the statement writes nothing; a stale epoch
- * matches no queue row. Either way `None` sends the request to the locked path.
+ * PostgreSQL, one statement: assume every id is new, allocate the seqs and insert (and take the
+ * ids out of the backlog), all guarded by the epoch. A stored id trips the unique index and the
+ * statement writes nothing; a stale epoch matches no queue row. Either way `None` sends the
+ * request to the locked path.
  */
 const storeFast = (
-  { entries, name, queues, sql }: Queue,
+  queue: Queue,
   epoch: QueueEpoch,
   requests: ReadonlyArray<StoreRequest>,
   planner: Planner
 ): Effect.Effect<Option.Option<ReadonlyArray<WorkStoreResult>>, SqlError> => {
+  const { entries, name, queues, sql } = queue
   const draft = planner(0, () => undefined, requests)
   if (draft.appended.length === 0) return Effect.succeedNone
   const jobs = draft.appended
@@ -279,14 +310,11 @@ const storeFast = (
       WHERE name = ${name} AND epoch = ${epoch}
       RETURNING current_seq - ${count} AS base
     ), inserted AS (
-      INSERT INTO ${entries} (queue, seq, message_id, payload, state)
-      SELECT ${name}, q.base + r.seq, r.message_id, r.payload, r.state
-      FROM q, unnest(
-        ${pgTextArray(jobs.map((job) => job.entry.messageId))}::text[], ${pgByteaArray(jobs.map((job) => job.entry.payload))}::bytea[],
-        ${pgInt2Array(jobs.map((job) => stateCode(job.state)))}::smallint[]
-      ) WITH ORDINALITY AS r(message_id, payload, state, seq)
+      INSERT INTO ${entries} (queue, seq, message_id, payload, state, enqueued_at, trace)
+      SELECT ${name}, q.base + r.seq, r.message_id, r.payload, r.state, r.enqueued_at, r.trace
+      FROM q, unnest(${pgJobs(sql, jobs)}) WITH ORDINALITY AS r(message_id, payload, state, enqueued_at, trace, seq)
       RETURNING 1
-    )
+    )${takeFromBacklogCte(queue.operators, backlogIds(requests))}
     SELECT (SELECT base FROM q) AS base, (SELECT count(*) FROM inserted) AS inserted`.pipe(
     Effect.map((rows) => {
       const row = rows[0]
@@ -402,6 +430,59 @@ const advance = (
   return mapSqlError(operation)(run)
 }
 
+// ---- failures and dead letters ---------------------------------------------------------------
+
+/** A job as the rules see it from its state row (no payload). */
+const lookupFrom = (rows: ReadonlyArray<StateRow>) => {
+  const found = new Map(rows.map((row) => [row.message_id, row]))
+  return (id: string): StoredJob | undefined => {
+    const row = found.get(id)
+    return row === undefined ? undefined : { entry: makeEntry(toNumber(row.seq), id, emptyBytes), state: decodeState(row.state) }
+  }
+}
+
+/**
+ * Records failed attempts of accepted jobs, in the locked transaction (failures are rare next to
+ * stores and confirmations): one update per job, none when a report fails the rules.
+ */
+const recordFailures = (
+  queue: Queue,
+  operation: string,
+  epoch: QueueEpoch,
+  requests: ReadonlyArray<FailureRequest>
+): Effect.Effect<void, QueueFenced | QueueConflict | QueueBackendError> => {
+  const { entries, name, sql } = queue
+  return locked(queue, epoch, () =>
+    Effect.gen(function*() {
+      if (requests.length === 0) return
+      const rows = yield* selectStates(queue, distinct(requests.map((request) => request.messageId)))
+      const failures = yield* Rules.planFailures(lookupFrom(rows), requests)
+      for (const failure of failures) {
+        yield* sql`UPDATE ${entries} SET attempts = ${failure.attempts}, last_error = ${failure.lastError},
+          not_before = ${failure.notBefore}
+          WHERE queue = ${name} AND message_id = ${failure.messageId} AND state = ${Accepted}`
+      }
+    })).pipe(mapSqlError(operation))
+}
+
+/** Marks a job dead-lettered, keeping its payload. */
+const deadLetter = (
+  queue: Queue,
+  epoch: QueueEpoch,
+  request: DeadLetterRequest
+): Effect.Effect<void, QueueFenced | QueueConflict | QueueBackendError> => {
+  const { entries, name, sql } = queue
+  return locked(queue, epoch, () =>
+    Effect.gen(function*() {
+      const rows = yield* selectStates(queue, [request.messageId])
+      const job = yield* Rules.planDeadLetter(lookupFrom(rows), request)
+      if (job === undefined) return
+      yield* sql`UPDATE ${entries} SET state = ${DeadLettered}, attempts = ${request.attempts},
+        last_error = ${request.lastError}, dead_at = ${request.at}
+        WHERE queue = ${name} AND seq = ${job.entry.seq}`
+    })).pipe(mapSqlError("deadLetter"))
+}
+
 // ---- the service -----------------------------------------------------------------------------
 
 /** Builds a SQL work queue named `options.queueName`, running the migrations first. */
@@ -409,13 +490,11 @@ export const makeWorkSql = (
   options: SqlQueueOptions
 ): Effect.Effect<DurableWorkQueueService, QueueBackendError | ReliableConfigError, SqlClient> =>
   Effect.gen(function*() {
-    yield* checkSqlQueueOptions("DurableQueue.makeWorkSql", options)
-    const sql = (yield* SqlClient).withoutTransforms()
-    yield* dialectOf(sql)
-    const t = yield* tables(options.tablePrefix)
-    yield* Effect.mapError(migrate(sql, t), (cause) => new QueueBackendError({ operation: "migrate", cause }))
-    const queue: Queue = { sql, name: options.queueName, queues: sql(t.workQueues), entries: sql(t.workEntries) }
+    const { listen, sql, tables: t } = yield* setUp("DurableQueue.makeWorkSql", options)
+    const operators = operatorTables(sql, t, options.queueName, "work")
+    const queue: Queue = { sql, name: options.queueName, queues: operators.queues, entries: operators.entries, operators }
     return {
+      ...makeOperators(operators, listen),
       load: load(queue),
       store: (epoch, request) => Effect.map(store(queue, "store", epoch, [request], false), (results) => results[0]),
       storeBatch: (epoch, requests) => store(queue, "storeBatch", epoch, requests, false),
@@ -424,10 +503,9 @@ export const makeWorkSql = (
       confirmMessage: (epoch, messageId) => advance(queue, "confirmMessage", epoch, [messageId], Confirmed),
       confirmBatch: (epoch, messageIds) => advance(queue, "confirmBatch", epoch, messageIds, Confirmed),
       storeAccepted: (epoch, requests) => store(queue, "storeAccepted", epoch, requests, true),
-      recordFailure: () => Effect.fail(new QueueBackendError({ operation: "recordFailure", cause: new Error("not implemented on SQL yet") })),
-      recordFailureBatch: () => Effect.fail(new QueueBackendError({ operation: "recordFailureBatch", cause: new Error("not implemented on SQL yet") })),
-      deadLetter: () => Effect.fail(new QueueBackendError({ operation: "deadLetter", cause: new Error("not implemented on SQL yet") })),
-      ...pendingOperators
+      recordFailure: (epoch, request) => recordFailures(queue, "recordFailure", epoch, [request]),
+      recordFailureBatch: (epoch, requests) => recordFailures(queue, "recordFailureBatch", epoch, requests),
+      deadLetter: (epoch, request) => deadLetter(queue, epoch, request)
     }
   })
 
@@ -436,3 +514,14 @@ export const layerWorkSql = (
   options: SqlQueueOptions
 ): Layer.Layer<DurableWorkQueue, QueueBackendError | ReliableConfigError, SqlClient> =>
   Layer.effect(DurableWorkQueue, makeWorkSql(options))
+
+/**
+ * `layerWorkSql` with its options read from Effect `Config` (e.g. the environment), as
+ * `PgClient.layerConfig` reads its own: `layerWorkSqlConfig({ queueName: Config.string("QUEUE_NAME") })`.
+ * A value `Config` cannot read is a `ConfigError`; a value it reads but the queue refuses (a bad
+ * table prefix, a blank name) is a `ReliableConfigError`.
+ */
+export const layerWorkSqlConfig = (
+  config: Config.Config.Wrap<SqlQueueOptions>
+): Layer.Layer<DurableWorkQueue, ConfigError.ConfigError | QueueBackendError | ReliableConfigError, SqlClient> =>
+  Layer.unwrapEffect(Effect.map(Config.unwrap(config), layerWorkSql))

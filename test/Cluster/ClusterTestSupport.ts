@@ -10,7 +10,7 @@ import * as PgClusterRegistry from "../../src/Cluster/PgClusterRegistry.js"
 import * as ReliableSystem from "../../src/ReliableSystem.js"
 import * as SocketTransport from "../../src/Transport/SocketTransport.js"
 import { Transport } from "../../src/Transport/Transport.js"
-import { pgClientLayer } from "../DurableQueue/SqlTestSupport.js"
+import { dropTables, pgClientLayer } from "../DurableQueue/SqlTestSupport.js"
 import { spawnNode } from "../support/Processes.js"
 
 const script = fileURLToPath(new URL("../fixtures/ClusterNode.ts", import.meta.url))
@@ -19,20 +19,13 @@ const script = fileURLToPath(new URL("../fixtures/ClusterNode.ts", import.meta.u
 export const dropClusterTables = (tablePrefix: string): Effect.Effect<void, unknown, SqlClient> =>
   Effect.gen(function*() {
     const sql = yield* SqlClient
-    for (const table of ["cluster_endpoints", "cluster_nodes", "cluster_migrations"]) {
+    for (const table of ["cluster_endpoints", "cluster_nodes", "cluster_migrations", "cluster_schema_migrations"]) {
       yield* sql`DROP TABLE IF EXISTS ${sql(`${tablePrefix}${table}`)}`
     }
   })
 
-/** Drops the registry and the work queue tables of a prefix. */
-export const dropAll = (tablePrefix: string): Effect.Effect<void, unknown, SqlClient> =>
-  Effect.gen(function*() {
-    yield* dropClusterTables(tablePrefix)
-    const sql = yield* SqlClient
-    for (const table of ["work_entries", "work_queues", "producer_entries", "producer_queues", "migrations"]) {
-      yield* sql`DROP TABLE IF EXISTS ${sql(`${tablePrefix}${table}`)}`
-    }
-  })
+/** Drops the registry and the work queue tables of a prefix: every table whose name starts with it. */
+export const dropAll = (tablePrefix: string): Effect.Effect<void, unknown, SqlClient> => dropTables(tablePrefix)
 
 export interface ClusterEnv {
   readonly prefix: string

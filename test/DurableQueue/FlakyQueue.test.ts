@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Schedule } from "effect"
 import type { DurableProducerQueueService } from "../../src/DurableQueue/DurableProducerQueue.js"
-import { flakyProducerQueue, flakyWorkQueue } from "../../src/DurableQueue/FlakyQueue.js"
+import { FlakyFailure, flakyProducerQueue, flakyWorkQueue } from "../../src/DurableQueue/FlakyQueue.js"
 import type { FlakyOptions } from "../../src/DurableQueue/FlakyQueue.js"
 import * as MemoryProducerQueue from "../../src/DurableQueue/MemoryProducerQueue.js"
 import * as MemoryWorkQueue from "../../src/DurableQueue/MemoryWorkQueue.js"
@@ -93,6 +93,40 @@ describe("FlakyQueue", () => {
       expect(state.pending.map((entry) => entry.messageId)).toEqual(
         Array.from({ length: 10 }, (_, i) => `j${2 * i + 1}`)
       )
+    }))
+
+  it.effect("every backlog, dead-letter, failure and inspection operation goes through the fault injector", () =>
+    Effect.gen(function*() {
+      const innerProducer = yield* MemoryProducerQueue.makeMemory
+      const innerWork = yield* MemoryWorkQueue.makeWorkMemory
+      const producer = yield* flakyProducerQueue(innerProducer, { seed: 3, failureRate: 1, failLoad: false })
+      const work = yield* flakyWorkQueue(innerWork, { seed: 3, failureRate: 1, failLoad: false })
+      const { epoch } = yield* producer.load
+      const { epoch: workEpoch } = yield* work.load
+      // every operation below succeeds on the inner queues, so each failure is an injected one
+      const jobs = ["m", "n"].map((id) => ({ messageId: id, payload: bytes(id) }))
+      yield* innerProducer.storeAccepted!(epoch, jobs)
+      yield* innerWork.storeAccepted!(workEpoch, jobs)
+      const deadLetter = { messageId: "m", attempts: 1, lastError: "e", at: 1 }
+      const operations: ReadonlyArray<Effect.Effect<unknown, { readonly _tag: string; readonly cause?: unknown }>> = [
+        producer.deadLetter(epoch, deadLetter),
+        work.deadLetter(workEpoch, deadLetter),
+        work.recordFailure(workEpoch, { messageId: "n", attempts: 1, lastError: "e", notBefore: 1 }),
+        work.recordFailureBatch(workEpoch, []),
+        ...[producer, work].flatMap((queue) => [
+          queue.enqueue([{ messageId: "x", payload: bytes("x") }]),
+          queue.backlog(1),
+          queue.deadLetters({ limit: 1 }),
+          queue.requeueDeadLetter("m"),
+          queue.discardDeadLetter("m"),
+          queue.inspect({ limit: 1 })
+        ])
+      ]
+      for (const operation of operations) {
+        const error = yield* Effect.flip(operation)
+        expect([error._tag, error.cause instanceof FlakyFailure]).toEqual(["QueueBackendError", true])
+      }
+      expect(producer.backlogSignal).toBeDefined()
     }))
 
   it.effect("refuses bad options with ReliableConfigError: a failure rate outside [0, 1], a bad seed, an unknown option", () =>

@@ -1,7 +1,7 @@
 /**
  * The binary array parameters of the PostgreSQL queues round-trip through the server exactly:
  * empty arrays, non-ASCII and empty text, empty and non-UTF-8 bytes, 64-bit seqs up to the
- * largest safe integer and negative smallints.
+ * largest safe integer, negative smallints, and NULL elements.
  */
 import { expect, it } from "@effect/vitest"
 import { SqlClient } from "@effect/sql/SqlClient"
@@ -41,5 +41,15 @@ describePostgres(probe, "PostgreSQL binary array parameters", () => {
       const codes = [0, 1, 2, -1, 32767, -32768]
       expect(yield* roundTrip(pgInt2Array(codes), "smallint[]", (row) => Number(row.v))).toEqual(codes)
       expect(yield* roundTrip(pgInt8Array([]), "bigint[]", (row) => row.v)).toEqual([])
+    }))
+
+  it.effect("NULL elements (undefined) in text[] and bigint[]", () =>
+    Effect.gen(function*() {
+      const traces = [undefined, "00-trace-01", "", undefined]
+      expect(yield* roundTrip(pgTextArray(traces), "text[]", (row) => row.v)).toEqual([null, "00-trace-01", "", null])
+      const times = [undefined, 0, 1_700_000_000_000, undefined]
+      expect(yield* roundTrip(pgInt8Array(times), "bigint[]", (row) => row.v === null ? null : Number(row.v)))
+        .toEqual([null, 0, 1_700_000_000_000, null])
+      expect(yield* roundTrip(pgTextArray([undefined]), "text[]", (row) => row.v)).toEqual([null])
     }))
 })

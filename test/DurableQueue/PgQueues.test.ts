@@ -17,6 +17,7 @@ import {
   sharedClient,
   uniqueSuffix
 } from "./SqlTestSupport.js"
+import { sqlSpecifics } from "./SqlSpecifics.js"
 
 const probe = await probePostgres
 
@@ -30,6 +31,8 @@ const suites = () => {
   workQueueConformance("PostgreSQL", freshWorkQueue(client, tablePrefix))
 
   describe("SQL queues on PostgreSQL", () => {
+    sqlSpecifics(client, tablePrefix)
+
     const buildProducer = (clientLayer: Layer.Layer<SqlClient, unknown>, queueName: string) =>
       Effect.map(
         Layer.build(SqlProducerQueue.layerSql({ queueName, tablePrefix }).pipe(Layer.provide(clientLayer))),

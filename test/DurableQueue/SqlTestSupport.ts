@@ -62,13 +62,19 @@ export const freshWorkQueue = (
     Effect.sync(() => SqlWorkQueue.layerWorkSql({ queueName: `work-${uniqueSuffix()}`, tablePrefix }))
   ).pipe(Layer.provide(client))
 
-/** Drops every table of a prefix (the test's own, randomly named). */
+/** Drops every table whose name starts with the prefix (the test's own, randomly named). */
 export const dropTables = (tablePrefix: string): Effect.Effect<void, unknown, SqlClient> =>
   Effect.gen(function*() {
     const sql = yield* SqlClient
-    for (const table of ["producer_entries", "producer_queues", "work_entries", "work_queues", "migrations"]) {
-      yield* sql`DROP TABLE IF EXISTS ${sql(`${tablePrefix}${table}`)}`
-    }
+    const tables = yield* sql.onDialectOrElse({
+      pg: () =>
+        sql<{ readonly name: string }>`SELECT tablename AS name FROM pg_tables
+          WHERE schemaname = current_schema() AND starts_with(tablename, ${tablePrefix})`,
+      orElse: () =>
+        sql<{ readonly name: string }>`SELECT name FROM sqlite_master
+          WHERE type = 'table' AND substr(name, 1, ${tablePrefix.length}) = ${tablePrefix}`
+    })
+    for (const { name } of tables) yield* sql`DROP TABLE IF EXISTS ${sql(name)}`
   })
 
 /** Whether PostgreSQL answers at `pgUrl`; the reason when it does not. */

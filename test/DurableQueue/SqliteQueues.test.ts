@@ -10,6 +10,7 @@ import { producerQueueConformance } from "../../src/DurableQueue/ProducerQueueCo
 import * as SqlProducerQueue from "../../src/DurableQueue/SqlProducerQueue.js"
 import * as SqlWorkQueue from "../../src/DurableQueue/SqlWorkQueue.js"
 import { workQueueConformance } from "../../src/DurableQueue/WorkQueueConformance.js"
+import { sqlSpecifics } from "./SqlSpecifics.js"
 import { freshProducerQueue, freshWorkQueue, sharedClient, uniqueSuffix } from "./SqlTestSupport.js"
 
 const filename = join(tmpdir(), `effect-reliable-${uniqueSuffix()}.db`)
@@ -22,6 +23,8 @@ producerQueueConformance("SQLite", freshProducerQueue(client, tablePrefix))
 workQueueConformance("SQLite", freshWorkQueue(client, tablePrefix))
 
 describe("SQL queues on SQLite", () => {
+  sqlSpecifics(client, tablePrefix)
+
   // a second, independent client on the same file: what a second process would have
   const otherClient = () => SqliteClient.layer({ filename })
   const bytes = (text: string) => new TextEncoder().encode(text)

@@ -1,19 +1,26 @@
 /**
- * Tables of the PostgreSQL cluster registry and the migrations that create them at layer build.
- * Table names start with a configurable prefix (default `reliable_`), so several clusters (or
- * test runs) can share one database. Applied migrations are recorded in
- * `<prefix>cluster_migrations`; running them again, from any number of nodes at once, is harmless.
+ * Tables of the PostgreSQL cluster registry and the migrations that create them at layer build
+ * (run by `@effect/sql`'s `Migrator`, as the durable queues' are: see `SqlMigrator`). Table names
+ * start with a configurable prefix (default `reliable_`), so several clusters (or test runs) can
+ * share one database. Applied migrations are recorded in `<prefix>cluster_schema_migrations`
+ * (before: `<prefix>cluster_migrations`, moved over once); running them again, from any number of
+ * nodes at once, is harmless.
  */
 import type { SqlClient } from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Effect } from "effect"
+import type { Migration } from "../../DurableQueue/internal/SqlMigrator.js"
+import * as SqlMigrator from "../../DurableQueue/internal/SqlMigrator.js"
 import { ClusterRegistryError } from "../ClusterErrors.js"
 
 export const defaultTablePrefix = "reliable_"
 
 export interface ClusterTables {
   readonly prefix: string
+  /** The `Migrator`'s record of applied migrations. */
   readonly migrations: string
+  /** The record of the hand-written runner before it (moved into `migrations` once). */
+  readonly legacyMigrations: string
   readonly nodes: string
   readonly endpoints: string
 }
@@ -31,21 +38,16 @@ export const tables = (tablePrefix: string | undefined): Effect.Effect<ClusterTa
   }
   return Effect.succeed({
     prefix,
-    migrations: `${prefix}cluster_migrations`,
+    migrations: SqlMigrator.migratorTable(prefix, "cluster_schema_migrations"),
+    legacyMigrations: `${prefix}cluster_migrations`,
     nodes: `${prefix}cluster_nodes`,
     endpoints: `${prefix}cluster_endpoints`
   })
 }
 
-interface Migration {
-  readonly version: number
-  readonly name: string
-  readonly run: (sql: SqlClient, tables: ClusterTables) => Effect.Effect<void, SqlError>
-}
-
-const migrations: ReadonlyArray<Migration> = [
+const migrations: ReadonlyArray<Migration<ClusterTables>> = [
   {
-    version: 1,
+    id: 1,
     name: "cluster_registry",
     run: (sql, t) =>
       Effect.all([
@@ -75,26 +77,6 @@ const migrations: ReadonlyArray<Migration> = [
   }
 ]
 
-/** A 31-bit FNV-1a hash: the advisory lock key of a prefix's migrations. */
-const lockKey = (text: string): number => {
-  let hash = 0x811c9dc5
-  for (let i = 0; i < text.length; i++) {
-    hash ^= text.charCodeAt(i)
-    hash = Math.imul(hash, 0x01000193)
-  }
-  return hash & 0x7fffffff
-}
-
-/** Applies every migration not recorded yet, in one transaction under an advisory lock. */
+/** Applies every migration not applied yet (see `SqlMigrator`). */
 export const migrate = (sql: SqlClient, t: ClusterTables): Effect.Effect<void, SqlError> =>
-  sql.withTransaction(Effect.gen(function*() {
-    yield* sql`SELECT pg_advisory_xact_lock(${lockKey(`effect-reliable-cluster:${t.prefix}`)})`
-    yield* sql`CREATE TABLE IF NOT EXISTS ${sql(t.migrations)} (version INTEGER NOT NULL PRIMARY KEY, name TEXT NOT NULL)`
-    const rows = yield* sql<{ readonly version: number | string }>`SELECT version FROM ${sql(t.migrations)}`
-    const applied = new Set(rows.map((row) => Number(row.version)))
-    for (const migration of migrations) {
-      if (applied.has(migration.version)) continue
-      yield* migration.run(sql, t)
-      yield* sql`INSERT INTO ${sql(t.migrations)} (version, name) VALUES (${migration.version}, ${migration.name})`
-    }
-  }))
+  SqlMigrator.migrate(sql, { table: t.migrations, legacyTable: t.legacyMigrations, migrations, tables: t })

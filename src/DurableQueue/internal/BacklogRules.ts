@@ -4,7 +4,7 @@
  * entries, and how page sizes are read.
  */
 import { isReservedMessageId } from "../../Protocol/ChunkId.js"
-import type { BacklogEntry, EnqueueRequest, EnqueueResult, InspectedState } from "../DurableProducerQueue.js"
+import type { BacklogEntry, DeadLetter, EnqueueRequest, EnqueueResult, InspectedState } from "../DurableProducerQueue.js"
 import { QueueConflict } from "../QueueErrors.js"
 import { isTime } from "./ProducerQueueRules.js"
 
@@ -58,6 +58,13 @@ export const planEnqueue = (
 /** Builds a backlog entry; an absent trace gets no key, so entries compare structurally. */
 export const backlogEntry = (messageId: string, payload: Uint8Array, enqueuedAt: number, trace: string | undefined): BacklogEntry =>
   trace === undefined ? { messageId, payload, enqueuedAt } : { messageId, payload, enqueuedAt, trace }
+
+/** Builds a dead letter; an absent send time or trace gets no key, so letters compare structurally. */
+export const makeDeadLetter = (
+  letter: Omit<DeadLetter, "at" | "trace">,
+  at: number | undefined,
+  trace: string | undefined
+): DeadLetter => ({ ...letter, ...(at === undefined ? {} : { at }), ...(trace === undefined ? {} : { trace }) })
 
 /** Results from the ids an enqueue actually added (first occurrences only). */
 export const enqueueResults = (

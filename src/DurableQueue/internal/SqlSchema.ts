@@ -1,24 +1,32 @@
 /**
- * Tables of the SQL durable queues and the small migration runner that creates them at layer
- * build. Many queues share one database: every row is keyed by queue name, and every table name
- * starts with a configurable prefix (default `reliable_`). Applied migrations are recorded in
- * `<prefix>migrations`; running them again, from any number of processes at once, is harmless.
+ * Tables of the SQL durable queues and the migrations that create them at layer build (run by
+ * `@effect/sql`'s `Migrator`, see `SqlMigrator`). Many queues share one database: every row is
+ * keyed by queue name, and every table name starts with a configurable prefix (default
+ * `reliable_`). Applied migrations are recorded in `<prefix>queue_migrations` (before version 2:
+ * `<prefix>migrations`, moved over once); running them again, from any number of processes at
+ * once, is harmless.
  */
 import type { SqlClient } from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Effect } from "effect"
 import { QueueBackendError } from "../QueueErrors.js"
-import { transaction } from "./SqlSupport.js"
+import type { Migration } from "./SqlMigrator.js"
+import * as SqlMigrator from "./SqlMigrator.js"
 
 export const defaultTablePrefix = "reliable_"
 
 export interface Tables {
   readonly prefix: string
+  /** The `Migrator`'s record of applied migrations. */
   readonly migrations: string
+  /** The record of the hand-written runner before it (moved into `migrations` once). */
+  readonly legacyMigrations: string
   readonly producerQueues: string
   readonly producerEntries: string
   readonly workQueues: string
   readonly workEntries: string
+  readonly producerBacklog: string
+  readonly workBacklog: string
 }
 
 const prefixPattern = /^[A-Za-z_][A-Za-z0-9_]{0,39}$/
@@ -36,18 +44,15 @@ export const tables = (tablePrefix: string | undefined): Effect.Effect<Tables, Q
   }
   return Effect.succeed({
     prefix,
-    migrations: `${prefix}migrations`,
+    migrations: SqlMigrator.migratorTable(prefix, "queue_migrations"),
+    legacyMigrations: `${prefix}migrations`,
     producerQueues: `${prefix}producer_queues`,
     producerEntries: `${prefix}producer_entries`,
     workQueues: `${prefix}work_queues`,
-    workEntries: `${prefix}work_entries`
+    workEntries: `${prefix}work_entries`,
+    producerBacklog: `${prefix}producer_backlog`,
+    workBacklog: `${prefix}work_backlog`
   })
-}
-
-interface Migration {
-  readonly version: number
-  readonly name: string
-  readonly run: (sql: SqlClient, tables: Tables) => Effect.Effect<void, SqlError>
 }
 
 const bytesType = (sql: SqlClient) => sql.literal(sql.onDialectOrElse({ pg: () => "BYTEA", orElse: () => "BLOB" }))
@@ -60,9 +65,9 @@ const bytesType = (sql: SqlClient) => sql.literal(sql.onDialectOrElse({ pg: () =
 const entryTableOptions = (sql: SqlClient) =>
   sql.literal(sql.onDialectOrElse({ pg: () => "WITH (fillfactor = 70)", orElse: () => "" }))
 
-const migrations: ReadonlyArray<Migration> = [
+const migrations: ReadonlyArray<Migration<Tables>> = [
   {
-    version: 1,
+    id: 1,
     name: "producer_queue",
     run: (sql, t) =>
       Effect.all([
@@ -89,7 +94,7 @@ const migrations: ReadonlyArray<Migration> = [
       ], { discard: true })
   },
   {
-    version: 2,
+    id: 2,
     name: "work_queue",
     run: (sql, t) =>
       Effect.all([
@@ -114,7 +119,7 @@ const migrations: ReadonlyArray<Migration> = [
       ], { discard: true })
   },
   {
-    version: 3,
+    id: 3,
     name: "in_place_updates",
     // Confirming (and compacting) updates every row once. The partial index on pending jobs made
     // each of those updates rewrite the job's index entries (PostgreSQL updates a row in place
@@ -134,52 +139,90 @@ const migrations: ReadonlyArray<Migration> = [
           orElse: () => []
         })
       ], { discard: true })
+  },
+  {
+    id: 4,
+    name: "entry_states",
+    // Producer entries get the work entries' states: 0 stored, 1 accepted, 2 confirmed, 3
+    // dead-lettered. Entries the old watermark covered become confirmed; `confirmed_seq` becomes
+    // the low mark (below the first stored or accepted entry) and the old watermark the confirm
+    // cursor; `late_seq` marks entries accepted after a confirm passed them (none yet).
+    run: (sql, t) => {
+      const queues = sql(t.producerQueues)
+      const entries = sql(t.producerEntries)
+      return Effect.all([
+        sql`ALTER TABLE ${entries} RENAME COLUMN accepted TO state`,
+        sql`ALTER TABLE ${queues} ADD COLUMN confirm_cursor BIGINT NOT NULL DEFAULT 0`,
+        sql`ALTER TABLE ${queues} ADD COLUMN late_seq BIGINT NULL`,
+        sql`UPDATE ${entries} SET state = 2
+          WHERE state = 1 AND seq <= (SELECT q.confirmed_seq FROM ${queues} q WHERE q.name = ${entries}.queue)`,
+        sql`UPDATE ${queues} SET confirm_cursor = confirmed_seq, confirmed_seq = COALESCE(
+          (SELECT min(e.seq) - 1 FROM ${entries} e WHERE e.queue = ${queues}.name AND e.state IN (0, 1)),
+          current_seq
+        )`
+      ], { discard: true })
+    }
+  },
+  {
+    id: 5,
+    name: "entry_details",
+    // The send time and trace of every entry, failed attempts, and dead letters (found through a
+    // partial index on `dead_at`, a column no other update touches, so updates stay in place).
+    run: (sql, t) =>
+      Effect.all([
+        ...[t.producerEntries, t.workEntries].flatMap((table) => [
+          sql`ALTER TABLE ${sql(table)} ADD COLUMN enqueued_at BIGINT NULL`,
+          sql`ALTER TABLE ${sql(table)} ADD COLUMN trace TEXT NULL`,
+          sql`ALTER TABLE ${sql(table)} ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0`,
+          sql`ALTER TABLE ${sql(table)} ADD COLUMN last_error TEXT NULL`,
+          sql`ALTER TABLE ${sql(table)} ADD COLUMN dead_at BIGINT NULL`,
+          sql`CREATE INDEX IF NOT EXISTS ${sql(`${table}_dead`)} ON ${sql(table)} (queue, seq) WHERE dead_at IS NOT NULL`
+        ]),
+        sql`ALTER TABLE ${sql(t.workEntries)} ADD COLUMN not_before BIGINT NULL`
+      ], { discard: true })
+  },
+  {
+    id: 6,
+    name: "backlogs",
+    // Messages enqueued without a seq, read in the order their ids were drawn.
+    run: (sql, t) => Effect.all([t.producerBacklog, t.workBacklog].map((table) => createBacklog(sql, table)), { discard: true })
   }
 ]
 
-/** A 31-bit FNV-1a hash, the advisory lock key of a prefix's migrations on PostgreSQL. */
-const lockKey = (text: string): number => {
-  let hash = 0x811c9dc5
-  for (let i = 0; i < text.length; i++) {
-    hash ^= text.charCodeAt(i)
-    hash = Math.imul(hash, 0x01000193)
-  }
-  return hash & 0x7fffffff
+const createBacklog = (sql: SqlClient, table: string): Effect.Effect<void, SqlError> => {
+  const statements: ReadonlyArray<Effect.Effect<unknown, SqlError>> = [
+    sql.onDialectOrElse({
+      pg: () =>
+        sql`CREATE TABLE IF NOT EXISTS ${sql(table)} (
+          id BIGINT GENERATED ALWAYS AS IDENTITY,
+          queue TEXT NOT NULL,
+          message_id TEXT NOT NULL,
+          payload BYTEA NOT NULL,
+          enqueued_at BIGINT NOT NULL,
+          trace TEXT NULL,
+          PRIMARY KEY (queue, id)
+        )`,
+      // the rowid: a new row's is above every row's in the table, so ids follow commit order
+      orElse: () =>
+        sql`CREATE TABLE IF NOT EXISTS ${sql(table)} (
+          id INTEGER PRIMARY KEY,
+          queue TEXT NOT NULL,
+          message_id TEXT NOT NULL,
+          payload BLOB NOT NULL,
+          enqueued_at BIGINT NOT NULL,
+          trace TEXT NULL
+        )`
+    }),
+    // PostgreSQL's primary key (queue, id) orders it already
+    sql.onDialectOrElse({
+      pg: () => Effect.void,
+      orElse: () => sql`CREATE INDEX IF NOT EXISTS ${sql(`${table}_order`)} ON ${sql(table)} (queue, id)`
+    }),
+    sql`CREATE UNIQUE INDEX IF NOT EXISTS ${sql(`${table}_message`)} ON ${sql(table)} (queue, message_id)`
+  ]
+  return Effect.all(statements, { discard: true })
 }
 
-/**
- * Serializes concurrent migration runs: on PostgreSQL an advisory transaction lock per prefix,
- * on SQLite a first statement that writes, which takes the database write lock at once.
- */
-const lockMigrations = (sql: SqlClient, t: Tables) =>
-  sql.onDialectOrElse({
-    pg: () => sql`SELECT pg_advisory_xact_lock(${lockKey(`effect-reliable:${t.prefix}`)})`,
-    orElse: () => sql`DELETE FROM ${sql(t.migrations)} WHERE version < 0`
-  })
-
-const createMigrationsTable = (sql: SqlClient, t: Tables) =>
-  sql`CREATE TABLE IF NOT EXISTS ${sql(t.migrations)} (
-    version INTEGER NOT NULL PRIMARY KEY,
-    name TEXT NOT NULL
-  )`
-
-/** Applies every migration not recorded yet, in one transaction. */
+/** Applies every migration not applied yet (see `SqlMigrator`). */
 export const migrate = (sql: SqlClient, t: Tables): Effect.Effect<void, SqlError> =>
-  Effect.gen(function*() {
-    // SQLite takes its write lock through the migrations table, so it must exist first
-    yield* sql.onDialectOrElse({ pg: () => Effect.void, orElse: () => createMigrationsTable(sql, t) })
-    yield* transaction(
-      sql,
-      Effect.gen(function*() {
-        yield* lockMigrations(sql, t)
-        yield* createMigrationsTable(sql, t)
-        const rows = yield* sql<{ readonly version: number | string }>`SELECT version FROM ${sql(t.migrations)}`
-        const applied = new Set(rows.map((row) => Number(row.version)))
-        for (const migration of migrations) {
-          if (applied.has(migration.version)) continue
-          yield* migration.run(sql, t)
-          yield* sql`INSERT INTO ${sql(t.migrations)} (version, name) VALUES (${migration.version}, ${migration.name})`
-        }
-      })
-    )
-  })
+  SqlMigrator.migrate(sql, { table: t.migrations, legacyTable: t.legacyMigrations, migrations, tables: t })

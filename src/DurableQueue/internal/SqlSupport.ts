@@ -3,6 +3,7 @@
  * error classification, and conversions between driver values and queue values.
  */
 import type { SqlClient } from "@effect/sql/SqlClient"
+import { TransactionConnection } from "@effect/sql/SqlClient"
 import { SqlError } from "@effect/sql/SqlError"
 import { Effect, Option } from "effect"
 import { QueueBackendError, QueueConflict, QueueRejected } from "../QueueErrors.js"
@@ -39,6 +40,33 @@ export const transaction = <A, E, R>(sql: SqlClient, effect: Effect.Effect<A, E,
   ).pipe(
     Effect.catchSomeDefect((defect) => defect instanceof SqlError ? Option.some(Effect.fail(defect)) : Option.none())
   )
+
+/**
+ * Runs `effect` in the caller's transaction when there is one (a writer inside the application's
+ * `sql.withTransaction`: the effect commits or rolls back with it), else in one of its own.
+ */
+export const joinOrTransaction = <A, E, R>(sql: SqlClient, effect: Effect.Effect<A, E, R>): Effect.Effect<A, E | SqlError, R> =>
+  Effect.flatMap(
+    Effect.serviceOption(TransactionConnection),
+    (ambient) => Option.isSome(ambient) ? effect : transaction(sql, effect)
+  )
+
+/**
+ * Runs reads as one snapshot that blocks no writer: on PostgreSQL a READ ONLY, REPEATABLE READ
+ * transaction (plain reads take no row locks), or the caller's transaction when there is one; on
+ * SQLite the statements as they are (one connection serves them in turn).
+ */
+export const readSnapshot = <A, E, R>(sql: SqlClient, effect: Effect.Effect<A, E, R>): Effect.Effect<A, E | SqlError, R> =>
+  sql.onDialectOrElse({
+    pg: () =>
+      Effect.flatMap(Effect.serviceOption(TransactionConnection), (ambient) =>
+        Option.isSome(ambient)
+          ? effect
+          : sql.withTransaction(Effect.zipRight(sql`SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY`, effect)).pipe(
+            Effect.catchSomeDefect((defect) => defect instanceof SqlError ? Option.some(Effect.fail(defect)) : Option.none())
+          )),
+    orElse: () => effect
+  })
 
 const causeCode = (error: SqlError): string | undefined => {
   const cause = error.cause
@@ -155,8 +183,8 @@ const byteaOid = 17
 const int8Oid = 20
 const int2Oid = 21
 
-/** The binary array's header (one dimension, no nulls, lower bound 1); an empty array has none. */
-const arrayBuffer = (oid: number, count: number, elementBytes: number): { buffer: Buffer; offset: number } => {
+/** The binary array's header (one dimension, lower bound 1); an empty array has none. */
+const arrayBuffer = (oid: number, count: number, elementBytes: number, hasNull = false): { buffer: Buffer; offset: number } => {
   if (count === 0) {
     const buffer = Buffer.alloc(12)
     buffer.writeInt32BE(oid, 8)
@@ -164,29 +192,32 @@ const arrayBuffer = (oid: number, count: number, elementBytes: number): { buffer
   }
   const buffer = Buffer.allocUnsafe(20 + 4 * count + elementBytes)
   buffer.writeInt32BE(1, 0)
-  buffer.writeInt32BE(0, 4)
+  buffer.writeInt32BE(hasNull ? 1 : 0, 4)
   buffer.writeInt32BE(oid, 8)
   buffer.writeInt32BE(count, 12)
   buffer.writeInt32BE(1, 16)
   return { buffer, offset: 20 }
 }
 
-/** A `text[]` parameter (cast it: `${pgTextArray(ids)}::text[]`). */
-export const pgTextArray = (items: ReadonlyArray<string>): Buffer => {
+/** A `text[]` parameter (cast it: `${pgTextArray(ids)}::text[]`); `undefined` elements are NULL. */
+export const pgTextArray = (items: ReadonlyArray<string | undefined>): Buffer => {
   const count = items.length
   const lengths = new Array<number>(count)
   let total = 0
+  let hasNull = false
   for (let i = 0; i < count; i++) {
-    const length = Buffer.byteLength(items[i], "utf8")
+    const item = items[i]
+    const length = item === undefined ? -1 : Buffer.byteLength(item, "utf8")
+    hasNull ||= item === undefined
     lengths[i] = length
-    total += length
+    total += Math.max(length, 0)
   }
-  const { buffer, offset: start } = arrayBuffer(textOid, count, total)
+  const { buffer, offset: start } = arrayBuffer(textOid, count, total, hasNull)
   let offset = start
   for (let i = 0; i < count; i++) {
     buffer.writeInt32BE(lengths[i], offset)
     offset += 4
-    offset += buffer.write(items[i], offset, lengths[i], "utf8")
+    if (lengths[i] > 0) offset += buffer.write(items[i]!, offset, lengths[i], "utf8")
   }
   return buffer
 }
@@ -208,13 +239,20 @@ export const pgByteaArray = (items: ReadonlyArray<Uint8Array>): Buffer => {
   return buffer
 }
 
-/** A `bigint[]` parameter of safe integers (cast it: `${pgInt8Array(seqs)}::bigint[]`). */
-export const pgInt8Array = (items: ReadonlyArray<number>): Buffer => {
+/** A `bigint[]` parameter of safe integers (cast it: `${pgInt8Array(seqs)}::bigint[]`); `undefined` elements are NULL. */
+export const pgInt8Array = (items: ReadonlyArray<number | undefined>): Buffer => {
   const count = items.length
-  const { buffer, offset: start } = arrayBuffer(int8Oid, count, 8 * count)
+  let present = 0
+  for (let i = 0; i < count; i++) if (items[i] !== undefined) present += 1
+  const { buffer, offset: start } = arrayBuffer(int8Oid, count, 8 * present, present < count)
   let offset = start
   for (let i = 0; i < count; i++) {
     const value = items[i]
+    if (value === undefined) {
+      buffer.writeInt32BE(-1, offset)
+      offset += 4
+      continue
+    }
     const high = Math.floor(value / 0x100000000)
     buffer.writeInt32BE(8, offset)
     buffer.writeInt32BE(high, offset + 4)

@@ -64,13 +64,19 @@ describe("remoting-only flows (two nodes over TCP)", () => {
       const b = yield* startNode()
       const producer = yield* producerOn(a, b)
       const received: Array<Received> = []
-      yield* consumerOn(b, a, received, 1)
+      const consumer = yield* consumerOn(b, a, received, 1)
       yield* sendRange(producer, 0, 500)
       yield* waitUntil("500 deliveries", () => received.length === 500)
       expect(deliveryViolation(received, 500, true)).toBeUndefined()
-      // One lookup each way: the consumer resolving the producer, the producer fencing the consumer.
-      expect(a.system.internal.lookupStats()).toMatchObject({ asked: 1, answered: 1, served: 1, pending: 0 })
-      expect(b.system.internal.lookupStats()).toMatchObject({ asked: 1, answered: 1, served: 1, pending: 0 })
+      // The flow formed once. Lookups: the consumer resolving the producer, the producer fencing
+      // the consumer; a consumer that heard nothing for a whole (100 ms) tick on a loaded machine
+      // resolves its producer again, so more are fine as long as every one was answered.
+      expect((yield* consumer.stats).registrations).toBe(1)
+      const [onA, onB] = [a.system.internal.lookupStats(), b.system.internal.lookupStats()]
+      expect(onA.asked).toBeGreaterThanOrEqual(1)
+      expect(onB.asked).toBeGreaterThanOrEqual(1)
+      expect(onA).toMatchObject({ answered: onA.asked, served: onB.asked, pending: 0 })
+      expect(onB).toMatchObject({ answered: onB.asked, served: onA.asked, pending: 0 })
     }))
 
   it.scopedLive("consumer first: its node retries lookups while the producer's node is down, and the flow forms once it is up", () =>

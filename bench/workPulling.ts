@@ -15,8 +15,18 @@ import { measure } from "./Row.js"
 
 const Job = Schema.Struct({ jobId: Schema.Number, kind: Schema.String })
 
-/** One dispatcher, `workers` no-op workers, `jobs` jobs sent in batches of 1000. */
-const flow = (jobs: number, workers: number, window: number, durableWorkQueue: DurableWorkQueueService | undefined) =>
+/**
+ * One dispatcher, `workers` no-op workers, `jobs` jobs sent in batches of 1000. With `failing`,
+ * every job whose id is a multiple of `failing.every` fails its first `failing.times` attempts
+ * (retried under the workers' default retry Schedule).
+ */
+const flow = (
+  jobs: number,
+  workers: number,
+  window: number,
+  durableWorkQueue: DurableWorkQueueService | undefined,
+  failing?: { readonly every: number; readonly times: number }
+) =>
   Effect.gen(function*() {
     const producer = yield* WorkPulling.producer({
       name: "bench-dispatcher",
@@ -27,11 +37,14 @@ const flow = (jobs: number, workers: number, window: number, durableWorkQueue: D
     let completed = 0
     for (let index = 0; index < workers; index++) {
       const worker = yield* WorkPulling.worker({ name: `bench-worker-${index}`, producer: "bench-dispatcher", payload: Job, window })
-      yield* Effect.forkScoped(worker.run(() =>
-        Effect.sync(() => {
+      yield* Effect.forkScoped(worker.run((delivery) => {
+        if (failing !== undefined && delivery.payload.jobId % failing.every === 0 && delivery.attempt <= failing.times) {
+          return Effect.fail("planned failure")
+        }
+        return Effect.sync(() => {
           if (++completed === jobs) Deferred.unsafeDone(done, Effect.void)
         })
-      ))
+      }))
     }
     const batch = 1000
     for (let first = 0; first < jobs; first += batch) {
@@ -72,6 +85,17 @@ export const durablePg = (jobs: number, workers = 4, window = 250) =>
       `work-pulling sendAll + PostgreSQL work queue, ${workers} workers (window ${window}), ${jobs.toLocaleString("en")} no-op jobs`,
       jobs,
       flow(jobs, workers, window, queue),
+      "jobs/s"
+    )
+  )
+
+/** The same PostgreSQL flow with 1% of the jobs failing twice before they succeed. */
+export const durablePgFailing = (jobs: number, workers = 4, window = 250) =>
+  withPgQueue((queue) =>
+    measure(
+      `work-pulling sendAll + PostgreSQL work queue, ${workers} workers (window ${window}), ${jobs.toLocaleString("en")} jobs, 1% failing twice`,
+      jobs,
+      flow(jobs, workers, window, queue, { every: 100, times: 2 }),
       "jobs/s"
     )
   )

@@ -4,7 +4,10 @@
  * confirmations are per job; those that pile up while one runs go out together in one
  * `confirmBatch`. Nothing waits on a confirmation, and a job is confirmed only after its accept
  * completed, so a confirmation need not wait for the store of newer jobs (the SQL work queue
- * lets the two overlap). Retries, terminal errors and restarts as in `internal/LaneRunner`.
+ * lets the two overlap). Failed attempts (`recordFailure`) are written the same way, in batches
+ * beside the stores, after the confirmations waiting. Dead letters are handshake operations: the
+ * worker's settle is answered only once its dead letter is written. Retries, terminal errors and
+ * restarts as in `internal/LaneRunner`.
  *
  * A store the producer acknowledged with its produce (`accept`) runs as the queue's
  * `storeAccepted`, one transaction, when the queue has it; otherwise as a store and then an
@@ -14,13 +17,15 @@ import { Effect } from "effect"
 import type { Fiber } from "effect"
 import type { ReliableDeliveryStage } from "../Protocol/Failure.js"
 import type { QueueEpoch, StoreRequest } from "../DurableQueue/DurableProducerQueue.js"
-import type { DurableWorkQueueService, WorkStoreResult } from "../DurableQueue/DurableWorkQueue.js"
+import type { DurableWorkQueueService, FailureRequest, WorkStoreResult } from "../DurableQueue/DurableWorkQueue.js"
 import type { HealthReporter } from "../internal/EndpointHealth.js"
 import * as LaneRunner from "./internal/LaneRunner.js"
 import type { WorkAction, WorkEvent } from "./WorkPullingMachine.js"
 
 export type LaneAction = Extract<WorkAction, { readonly _tag: "Load" | "Store" | "Accept" | "ConfirmJobs" | "RecordFailure" | "DeadLetter" }>
 type StoreAction = Extract<WorkAction, { readonly _tag: "Store" }>
+/** What the lane runs: the machine's actions, and failed attempts written together. */
+type LaneOp = LaneAction | { readonly _tag: "RecordFailures"; readonly requests: ReadonlyArray<FailureRequest> }
 
 export interface WorkLaneOptions {
   readonly queue: DurableWorkQueueService
@@ -40,12 +45,26 @@ export interface WorkLane {
   readonly drain: Effect.Effect<void>
 }
 
+const failureRequest = (action: Extract<LaneAction, { readonly _tag: "RecordFailure" }>): FailureRequest => ({
+  messageId: action.messageId,
+  attempts: action.attempts,
+  lastError: action.lastError,
+  notBefore: action.notBefore
+})
+
 export const make = (options: WorkLaneOptions): WorkLane => {
   const { queue } = options
   let epoch: QueueEpoch = 0
+  // Confirmations and failed attempts are deferred work, written in batches beside the stores:
+  // no store waits for them, and their order does not matter (a failure reported for a job
+  // confirmed meanwhile is ignored by the queue).
   let confirmations: Array<string> = []
-  // One transaction stays bounded however many confirmations piled up.
+  let failures: Array<FailureRequest> = []
+  // One transaction stays bounded however much piled up.
   const maxBatch = 1000
+
+  const takeBatch = <A>(pending: Array<A>): [batch: Array<A>, rest: Array<A>] =>
+    pending.length <= maxBatch ? [pending, []] : [pending.slice(0, maxBatch), pending.slice(maxBatch)]
 
   const storeAll = (items: ReadonlyArray<StoreRequest>) =>
     items.length === 1 ? Effect.map(queue.store(epoch, items[0]), (result) => [result]) : queue.storeBatch(epoch, items)
@@ -92,7 +111,7 @@ export const make = (options: WorkLaneOptions): WorkLane => {
       results instanceof LaneRunner.Refusal ? storeRejected(action, results) : storeCompleted(action, results, retried))
   }
 
-  const run = (action: LaneAction, guard: LaneRunner.Guard): Effect.Effect<void> => {
+  const run = (action: LaneOp, guard: LaneRunner.Guard): Effect.Effect<void> => {
     switch (action._tag) {
       case "Load":
         return guard("Load", queue.load, (loaded) => {
@@ -110,9 +129,11 @@ export const make = (options: WorkLaneOptions): WorkLane => {
           () => options.completed((now) => ({ _tag: "AcceptCompleted", token: action.token, now }))
         )
       case "RecordFailure":
+        return guard("Store", queue.recordFailure(epoch, failureRequest(action)), () => undefined)
+      case "RecordFailures":
         return guard(
           "Store",
-          queue.recordFailure(epoch, { messageId: action.messageId, attempts: action.attempts, lastError: action.lastError, notBefore: action.notBefore }),
+          action.requests.length === 1 ? queue.recordFailure(epoch, action.requests[0]) : queue.recordFailureBatch(epoch, action.requests),
           () => undefined
         )
       case "DeadLetter":
@@ -131,29 +152,40 @@ export const make = (options: WorkLaneOptions): WorkLane => {
     }
   }
 
-  const runner = LaneRunner.make<LaneAction>({
+  const takeDeferred = (): LaneOp | undefined => {
+    if (confirmations.length > 0) {
+      const [messageIds, rest] = takeBatch(confirmations)
+      confirmations = rest
+      return { _tag: "ConfirmJobs", messageIds }
+    }
+    if (failures.length === 0) return undefined
+    const [requests, rest] = takeBatch(failures)
+    failures = rest
+    return { _tag: "RecordFailures", requests }
+  }
+
+  const runner = LaneRunner.make<LaneOp>({
     retry: options.retry,
     runFork: options.runFork,
     failed: options.failed,
     health: options.health,
     run,
     concurrentDeferred: true,
-    hasDeferred: () => confirmations.length > 0,
-    takeDeferred: () => {
-      if (confirmations.length === 0) return undefined
-      const messageIds = confirmations.length <= maxBatch ? confirmations : confirmations.slice(0, maxBatch)
-      confirmations = confirmations.length <= maxBatch ? [] : confirmations.slice(maxBatch)
-      return { _tag: "ConfirmJobs", messageIds }
-    }
+    hasDeferred: () => confirmations.length > 0 || failures.length > 0,
+    takeDeferred
   })
 
   return {
     submit: (action) => {
-      if (action._tag === "ConfirmJobs") {
-        for (const messageId of action.messageIds) confirmations.push(messageId)
-        runner.kick()
-      } else {
-        runner.enqueue(action)
+      switch (action._tag) {
+        case "ConfirmJobs":
+          for (const messageId of action.messageIds) confirmations.push(messageId)
+          return runner.kick()
+        case "RecordFailure":
+          failures.push(failureRequest(action))
+          return runner.kick()
+        default:
+          return runner.enqueue(action)
       }
     },
     drain: runner.drain

@@ -443,7 +443,8 @@ const lookupFrom = (rows: ReadonlyArray<StateRow>) => {
 
 /**
  * Records failed attempts of accepted jobs, in the locked transaction (failures are rare next to
- * stores and confirmations): one update per job, none when a report fails the rules.
+ * stores and confirmations): one update for the batch on PostgreSQL (one per job on SQLite, where
+ * a statement costs no round trip), none when a report fails the rules.
  */
 const recordFailures = (
   queue: Queue,
@@ -457,11 +458,20 @@ const recordFailures = (
       if (requests.length === 0) return
       const rows = yield* selectStates(queue, distinct(requests.map((request) => request.messageId)))
       const failures = yield* Rules.planFailures(lookupFrom(rows), requests)
-      for (const failure of failures) {
-        yield* sql`UPDATE ${entries} SET attempts = ${failure.attempts}, last_error = ${failure.lastError},
-          not_before = ${failure.notBefore}
-          WHERE queue = ${name} AND message_id = ${failure.messageId} AND state = ${Accepted}`
-      }
+      if (failures.length === 0) return
+      yield* sql.onDialectOrElse({
+        // One statement for the batch: the queue row stays locked for a moment, not a round trip per job.
+        pg: () =>
+          sql`UPDATE ${entries} AS e SET attempts = (f->>'attempts')::int, last_error = f->>'lastError',
+            not_before = (f->>'notBefore')::bigint
+            FROM jsonb_array_elements(${JSON.stringify(failures)}::jsonb) AS f
+            WHERE e.queue = ${name} AND e.message_id = f->>'messageId' AND e.state = ${Accepted}`,
+        orElse: () =>
+          Effect.forEach(failures, (failure) =>
+            sql`UPDATE ${entries} SET attempts = ${failure.attempts}, last_error = ${failure.lastError},
+              not_before = ${failure.notBefore}
+              WHERE queue = ${name} AND message_id = ${failure.messageId} AND state = ${Accepted}`, { discard: true })
+      })
     })).pipe(mapSqlError(operation))
 }
 

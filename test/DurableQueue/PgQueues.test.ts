@@ -1,6 +1,6 @@
 import type { SqlClient } from "@effect/sql/SqlClient"
 import { describe, expect, it } from "@effect/vitest"
-import { Context, Effect, Layer } from "effect"
+import { Context, Deferred, Duration, Effect, Fiber, Layer, Stream } from "effect"
 import { DurableProducerQueue } from "../../src/DurableQueue/DurableProducerQueue.js"
 import { DurableWorkQueue } from "../../src/DurableQueue/DurableWorkQueue.js"
 import { producerQueueConformance } from "../../src/DurableQueue/ProducerQueueConformance.js"
@@ -93,6 +93,23 @@ const suites = () => {
         expect((yield* Effect.flip(a.confirmMessage(epochA, "j1")))._tag).toBe("QueueFenced")
         yield* b.confirmMessage(epochB, "j1")
         expect((yield* a.load).state.pending).toEqual([])
+      }))
+
+    it.scopedLive("a queue's backlog signal keeps working when another queue of the prefix stops listening", () =>
+      Effect.gen(function*() {
+        const producer = yield* Effect.provide(SqlProducerQueue.makeSql({ queueName: `a-${uniqueSuffix()}`, tablePrefix }), client)
+        const work = yield* Effect.provide(SqlWorkQueue.makeWorkSql({ queueName: `b-${uniqueSuffix()}`, tablePrefix }), client)
+        const heard = yield* Deferred.make<void>()
+        yield* Effect.forkScoped(Effect.zipRight(Stream.runHead(work.backlogSignal!), Deferred.succeed(heard, undefined)))
+        // another subscriber on the same channel comes and goes (a controller restarting, say)
+        const other = yield* Effect.forkScoped(Stream.runDrain(producer.backlogSignal!))
+        yield* Effect.sleep(Duration.millis(300))
+        yield* Fiber.interrupt(other)
+        for (let round = 0; round < 50 && !(yield* Deferred.isDone(heard)); round++) {
+          yield* work.enqueue([{ messageId: `j${round}`, payload: bytes("j") }])
+          yield* Effect.sleep(Duration.millis(100))
+        }
+        expect(yield* Deferred.isDone(heard)).toBe(true)
       }))
 
     it.scoped("building layers concurrently runs the migrations once, safely", () =>

@@ -15,7 +15,7 @@
 import type { SqlClient } from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import type { Fragment, Identifier } from "@effect/sql/Statement"
-import { Clock, Duration, Effect, Schedule, Stream } from "effect"
+import { Clock, Effect, Stream } from "effect"
 import type {
   BacklogEntry,
   DeadLetter,
@@ -30,6 +30,8 @@ import type {
 } from "../DurableProducerQueue.js"
 import type { QueueConflict, QueueRejected } from "../QueueErrors.js"
 import { QueueBackendError } from "../QueueErrors.js"
+import type { Listen } from "./PgNotifications.js"
+import { notifications } from "./PgNotifications.js"
 import { backlogEntry, enqueueResults, makeDeadLetter, pageSize, validateEnqueue, wantedStates } from "./BacklogRules.js"
 import type { Tables } from "./SqlSchema.js"
 import { joinOrTransaction, mapStoreError, pgByteaArray, pgInt8Array, pgTextArray, readSnapshot, toBytes, toNumber, toParam } from "./SqlSupport.js"
@@ -145,13 +147,16 @@ export const enqueue = (
     if (requests.length === 0) return Effect.succeed([])
     return Effect.flatMap(Clock.currentTimeMillis, (now) => {
       // first occurrences only: a repeated id in one request answers alreadyStored
-      const seen = new Set<string>()
-      const rows = requests.filter((request) => !seen.has(request.messageId) && seen.add(request.messageId) !== undefined)
-        .map((request) => backlogEntry(request.messageId, request.payload, request.at ?? now, request.trace))
-      const insert = insertBacklog(t, rows)
+      const rows = new Map<string, BacklogEntry>()
+      for (const request of requests) {
+        if (!rows.has(request.messageId)) {
+          rows.set(request.messageId, backlogEntry(request.messageId, request.payload, request.at ?? now, request.trace))
+        }
+      }
+      const insert = insertBacklog(t, [...rows.values()])
       const run = t.sql.onDialectOrElse({
         pg: () => insert,
-        orElse: () => rows.length <= sqliteEnqueueRun ? insert : joinOrTransaction(t.sql, insert)
+        orElse: () => rows.size <= sqliteEnqueueRun ? insert : joinOrTransaction(t.sql, insert)
       })
       return Effect.map(mapStoreError("enqueue")(run), (added) => enqueueResults(requests, new Set(added)))
     })
@@ -221,18 +226,12 @@ export const takeFromBacklogCte = (t: OperatorTables, messageIds: ReadonlyArray<
 
 /**
  * PostgreSQL: the queue's backlog notifications, through `LISTEN` on the client's listener
- * connection. A failed listener is set up again (notifications meanwhile are lost: readers poll
- * too); the stream never fails.
+ * connection (shared by every queue of the prefix: see `PgNotifications`). The stream never fails.
  */
-export const backlogSignal = (
-  t: OperatorTables,
-  listen: (channel: string) => Stream.Stream<string, SqlError>
-): Stream.Stream<void> =>
-  listen(t.channel).pipe(
+export const backlogSignal = (t: OperatorTables, listen: Listen): Stream.Stream<void> =>
+  notifications(listen, t.channel).pipe(
     Stream.filter((queueName) => queueName === t.name),
-    Stream.as(undefined),
-    Stream.retry(Schedule.exponential(Duration.millis(100)).pipe(Schedule.either(Schedule.spaced(Duration.seconds(5))))),
-    Stream.orDie
+    Stream.as(undefined)
   )
 
 // ---- dead letters ------------------------------------------------------------------------------
@@ -436,7 +435,7 @@ export const inspect = (t: OperatorTables, options: InspectOptions): Effect.Effe
 /** Every operator of one queue; `listen` is the PostgreSQL client's, when there is one. */
 export const makeOperators = (
   t: OperatorTables,
-  listen: ((channel: string) => Stream.Stream<string, SqlError>) | undefined
+  listen: Listen | undefined
 ): QueueOperatorService => ({
   enqueue: (requests) => enqueue(t, requests),
   backlog: (limit) => backlog(t, limit),

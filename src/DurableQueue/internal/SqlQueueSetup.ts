@@ -4,12 +4,11 @@
  * migrations. On PostgreSQL it also finds the client's `listen` (the backlog signal).
  */
 import { SqlClient } from "@effect/sql/SqlClient"
-import type { SqlError } from "@effect/sql/SqlError"
 import { Effect } from "effect"
-import type { Stream } from "effect"
 import * as Config from "../../Protocol/Config.js"
 import type { ReliableConfigError } from "../../Protocol/Errors.js"
 import { QueueBackendError } from "../QueueErrors.js"
+import type { Listen } from "./PgNotifications.js"
 import type { Tables } from "./SqlSchema.js"
 import { migrate, tables } from "./SqlSchema.js"
 import { dialectOf } from "./SqlSupport.js"
@@ -39,10 +38,10 @@ export interface SqlQueueContext {
   readonly sql: SqlClient
   readonly tables: Tables
   /** PostgreSQL's `LISTEN` (from `@effect/sql-pg`'s client); undefined on SQLite. */
-  readonly listen: ((channel: string) => Stream.Stream<string, SqlError>) | undefined
+  readonly listen: Listen | undefined
 }
 
-type Listening = SqlClient & { readonly listen: (channel: string) => Stream.Stream<string, SqlError> }
+type Listening = SqlClient & { readonly listen: Listen }
 
 const canListen = (client: SqlClient): client is Listening =>
   "listen" in client && typeof (client as { readonly listen?: unknown }).listen === "function"

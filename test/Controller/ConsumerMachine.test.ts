@@ -2,6 +2,7 @@ import { describe, expect, it } from "@effect/vitest"
 import * as Machine from "../../src/Controller/ConsumerMachine.js"
 import type { ConsumerAction, ConsumerEvent, ConsumerState } from "../../src/Controller/ConsumerMachine.js"
 import type { ChunkMark } from "../../src/Protocol/WireMessage.js"
+import { checkedRun } from "../support/PureStep.js"
 
 const producer = { node: "n", endpoint: "p", incarnation: "p1" }
 const producer2 = { node: "n", endpoint: "p", incarnation: "p2" }
@@ -18,15 +19,8 @@ const config = (window = 4, resendIntervalMs = 1000, more: { concurrency?: numbe
   ...more
 })
 
-const run = (state: ConsumerState, ...events: ReadonlyArray<ConsumerEvent>) => {
-  const actions: Array<ConsumerAction> = []
-  for (const event of events) {
-    const next = Machine.step(state, event)
-    state = next.state
-    actions.push(...next.actions)
-  }
-  return { state, actions }
-}
+/** Every step is also checked to leave its input state as it was. */
+const run = checkedRun<ConsumerState, ConsumerEvent, ConsumerAction>(Machine.step)
 
 const tags = (actions: ReadonlyArray<ConsumerAction>) => actions.map((action) => action._tag)
 const sentMessages = (actions: ReadonlyArray<ConsumerAction>) => actions.flatMap((action) => action._tag === "Send" ? [action.message] : [])

@@ -8,6 +8,7 @@ import { MaxWindow, MinChunkSize } from "../../src/Protocol/Config.js"
 import { RequestNext, StoredAck } from "../../src/Protocol/Contract.js"
 import type { Stored } from "../../src/Protocol/Contract.js"
 import type { SequencedMessage } from "../../src/Protocol/WireMessage.js"
+import { checkedRun } from "../support/PureStep.js"
 
 const consumer = { node: "n", endpoint: "c", incarnation: "c1" }
 const consumer2 = { node: "n", endpoint: "c", incarnation: "c2" }
@@ -26,15 +27,8 @@ const config = (overrides: Partial<ProducerConfig> = {}): ProducerConfig => ({
 })
 
 /** Folds events, returning the final state and every action in order. */
-const run = (state: ProducerState, ...events: ReadonlyArray<ProducerEvent>) => {
-  const actions: Array<ProducerAction> = []
-  for (const event of events) {
-    const next = Machine.step(state, event)
-    state = next.state
-    actions.push(...next.actions)
-  }
-  return { state, actions }
-}
+/** Every step is also checked to leave its input state as it was. */
+const run = checkedRun<ProducerState, ProducerEvent, ProducerAction>(Machine.step)
 
 const tags = (actions: ReadonlyArray<ProducerAction>) => actions.map((action) => action._tag)
 const sent = (actions: ReadonlyArray<ProducerAction>) =>

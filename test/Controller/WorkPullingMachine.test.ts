@@ -7,6 +7,7 @@ import type { ControllerAddress } from "../../src/Protocol/Address.js"
 import { MaxWindow } from "../../src/Protocol/Config.js"
 import { RequestNext, StoredAck } from "../../src/Protocol/Contract.js"
 import type { DeliveryConfirmed, Stored } from "../../src/Protocol/Contract.js"
+import { checkedRun } from "../support/PureStep.js"
 
 const worker = (name: string, incarnation = `${name}-1`): ControllerAddress => ({ node: "n", endpoint: name, incarnation })
 const w1 = worker("w1")
@@ -27,15 +28,8 @@ const config = (overrides: Partial<WorkConfig> = {}): WorkConfig => ({
 })
 
 /** Folds events, returning the final state and every action in order. */
-const run = (state: WorkState, ...events: ReadonlyArray<WorkEvent>) => {
-  const actions: Array<WorkAction> = []
-  for (const event of events) {
-    const next = Machine.step(state, event)
-    state = next.state
-    actions.push(...next.actions)
-  }
-  return { state, actions }
-}
+/** Every step is also checked to leave its input state as it was. */
+const run = checkedRun<WorkState, WorkEvent, WorkAction>(Machine.step)
 
 const tags = (actions: ReadonlyArray<WorkAction>) => actions.map((action) => action._tag)
 const jobsSent = (actions: ReadonlyArray<WorkAction>, tag: "Send" | "Resend" = "Send") =>

@@ -105,58 +105,140 @@ const isStale = (error: ProduceError) => error._tag === "ProducerContractError" 
 const refusedId = (error: ProduceError): string | undefined =>
   error._tag === "FrameTooLarge" || error._tag === "MessageRejected" ? error.messageId : undefined
 
-export const make = (options: IngressOptions): Ingress => {
-  const queue: Array<Entry> = []
-  let head = 0
-  let grant: RequestNext | undefined
-  let inFlight = false
-  let pumping = false
-  let scheduled = false
-  let closed = false
-  /** After a batch was refused as a whole: this many more items go one per grant, to find the refused one. */
-  let isolate = 0
+/** The line of waiting callers: its head is served first. */
+class Line {
+  private readonly entries: Array<Entry> = []
+  private head = 0
 
-  const size = () => queue.length - head
-  const peek = (): Entry | undefined => queue[head]
-  const shift = () => {
-    queue[head++] = undefined as never
-    if (head > 1024 && head * 2 > queue.length) {
-      queue.splice(0, head)
-      head = 0
+  get size(): number {
+    return this.entries.length - this.head
+  }
+
+  peek(): Entry | undefined {
+    return this.entries[this.head]
+  }
+
+  push(entry: Entry): void {
+    this.entries.push(entry)
+  }
+
+  shift(): void {
+    this.entries[this.head++] = undefined as never
+    if (this.head > 1024 && this.head * 2 > this.entries.length) {
+      this.entries.splice(0, this.head)
+      this.head = 0
     }
   }
 
-  const finish = <A, E>(entry: { resume: Resume<A, E> | undefined; exit: Exit.Exit<A, E> | undefined }, exit: Exit.Exit<A, E>) => {
-    entry.exit = exit
-    const resume = entry.resume
-    entry.resume = undefined
-    resume?.(exit)
+  /** Takes a waiting entry out of the line, wherever it is. */
+  remove(entry: Entry): void {
+    const index = this.entries.indexOf(entry, this.head)
+    if (index === this.head) this.shift()
+    else if (index > this.head) this.entries.splice(index, 1)
   }
+
+  /** The entry `offset` places behind the head. */
+  at(offset: number): Entry | undefined {
+    return this.entries[this.head + offset]
+  }
+
+  /** Empties the line, returning what waited. */
+  takeAll(): Array<Entry> {
+    const all = this.entries.slice(this.head)
+    this.entries.length = 0
+    this.head = 0
+    return all
+  }
+}
+
+const finish = <A, E>(entry: { resume: Resume<A, E> | undefined; exit: Exit.Exit<A, E> | undefined }, exit: Exit.Exit<A, E>) => {
+  entry.exit = exit
+  const resume = entry.resume
+  entry.resume = undefined
+  resume?.(exit)
+}
+
+/** Waits for an entry's exit: at once when the pump already settled it. */
+const awaitEntry = <A, E>(entry: { resume: Resume<A, E> | undefined; exit: Exit.Exit<A, E> | undefined; cancelled: boolean }) =>
+  entry.exit !== undefined ? entry.exit : Effect.async<A, E>((resume) => {
+    if (entry.exit !== undefined) return resume(entry.exit)
+    entry.resume = resume
+    return Effect.sync(() => {
+      entry.cancelled = true
+      entry.resume = undefined
+    })
+  })
+
+class IngressQueue implements Ingress {
+  private readonly line = new Line()
+  private grant: RequestNext | undefined = undefined
+  private inFlight = false
+  private pumping = false
+  private scheduled = false
+  private closed = false
+  /** After a batch was refused as a whole: this many more items go one per grant, to find the refused one. */
+  private isolate = 0
+
+  constructor(private readonly options: IngressOptions) {}
+
+  readonly offer = (offered: RequestNext): void => {
+    this.grant = offered
+    if (this.line.size > 0) this.schedule()
+  }
+
+  readonly voidGrant = (): void => {
+    this.grant = undefined
+  }
+
+  readonly send = (items: ReadonlyArray<ProduceItem>): Effect.Effect<ReadonlyArray<Stored>, SendError> => {
+    if (this.closed) return Exit.fail(this.closedError())
+    const entry = new SendEntry(items)
+    this.line.push(entry)
+    this.pump()
+    return awaitEntry(entry)
+  }
+
+  readonly requestNext: Effect.Effect<RequestNext, EndpointClosed> = Effect.suspend(() => {
+    if (this.closed) return Exit.fail(this.closedError())
+    const entry = new GrantEntry()
+    this.line.push(entry)
+    this.pump()
+    return awaitEntry(entry)
+  })
+
+  readonly close = (): void => {
+    if (this.closed) return
+    this.closed = true
+    this.grant = undefined
+    this.closeWaiting()
+  }
+
+  readonly waiting = (): number => this.line.size
 
   /**
    * Drops the entries of callers who went away (interrupted) from the head; true when a caller
    * waits there. What such a caller's earlier batches stored stays stored; nothing more is sent.
    */
-  const liveHead = (): boolean => {
-    for (let entry = peek(); entry !== undefined; entry = peek()) {
+  private liveHead(): boolean {
+    for (let entry = this.line.peek(); entry !== undefined; entry = this.line.peek()) {
       if (!entry.cancelled) return true
-      shift()
+      this.line.shift()
     }
     return false
   }
 
-  const collect = (free: number): Batch => {
-    const limit = isolate > 0 ? 1 : Math.max(1, Math.min(options.maxBatch, free))
-    const first = peek() as SendEntry
+  private collect(free: number): Batch {
+    const limit = this.isolate > 0 ? 1 : Math.max(1, Math.min(this.options.maxBatch, free))
+    const first = this.line.peek() as SendEntry
     // The usual case: the head sender's items all fit, and nobody else waits.
-    if (first.next === 0 && first.items.length <= limit && size() === 1) {
+    if (first.next === 0 && first.items.length <= limit && this.line.size === 1) {
       first.next = first.items.length
       return { items: first.items, parts: [{ entry: first, offset: 0, count: first.items.length }] }
     }
     const items: Array<ProduceItem> = []
     const parts: Array<Part> = []
-    for (let index = head; index < queue.length && items.length < limit; index++) {
-      const entry = queue[index]
+    for (let offset = 0; offset < this.line.size && items.length < limit; offset++) {
+      const entry = this.line.at(offset)!
       if (entry._tag === "Grant") break
       if (entry.cancelled) continue
       const count = Math.min(limit - items.length, entry.items.length - entry.next)
@@ -165,171 +247,134 @@ export const make = (options: IngressOptions): Ingress => {
       for (let item = 0; item < count; item++) items.push(entry.items[entry.next + item])
       entry.next += count
     }
-    if (isolate > 0) isolate -= items.length
+    if (this.isolate > 0) this.isolate -= items.length
     return { items, parts }
   }
 
   /** Removes answered senders from the head, in order. */
-  const completeHead = () => {
-    for (let entry = peek(); entry !== undefined && entry._tag === "Send"; entry = peek()) {
+  private completeHead(): void {
+    for (let entry = this.line.peek(); entry !== undefined && entry._tag === "Send"; entry = this.line.peek()) {
       if (entry.results.length < entry.items.length) return
-      shift()
+      this.line.shift()
       finish(entry, Exit.succeed(entry.results))
     }
   }
 
-  const failEntry = (entry: SendEntry, error: SendError) => {
-    const index = queue.indexOf(entry, head)
-    if (index === head) shift()
-    else if (index > head) queue.splice(index, 1)
+  private failEntry(entry: SendEntry, error: SendError): void {
+    this.line.remove(entry)
     finish(entry, Exit.fail(error))
   }
 
-  const stillGranted = (controller: IngressController, of: RequestNext) => {
+  private stillGranted(controller: IngressController, of: RequestNext): boolean {
     const handshake = controller.handshake()
     return controller.running() && handshake._tag === "Granted" && handshake.grant.token === of.token
   }
 
-  const settle = (batch: Batch, taken: RequestNext, controller: IngressController, answer: Answer) => {
-    if (Either.isRight(answer)) {
-      const only = batch.parts.length === 1 ? batch.parts[0] : undefined
-      if (only !== undefined && only.entry.results.length === 0 && only.count === only.entry.items.length) {
-        // One sender's whole batch: its answer is the controller's own array.
-        only.entry.results = answer.right as Array<Stored>
-        return completeHead()
-      }
-      for (const part of batch.parts) {
-        for (let index = 0; index < part.count; index++) part.entry.results.push(answer.right[part.offset + index])
-      }
-      completeHead()
-      return
-    }
+  private settle(batch: Batch, taken: RequestNext, controller: IngressController, answer: Answer): void {
+    if (Either.isRight(answer)) return this.answered(batch, answer.right)
     for (const part of batch.parts) part.entry.next -= part.count
     const error = named(answer.left, batch)
-    if (closed) return
-    if (isStale(error)) return
+    if (this.closed || isStale(error)) return
     // Refused before anything was stored: the grant is still good for the next messages.
-    if (grant === undefined && stillGranted(controller, taken)) grant = taken
+    if (this.grant === undefined && this.stillGranted(controller, taken)) this.grant = taken
     const id = refusedId(error)
     const refused = id === undefined
       ? (batch.items.length === 1 ? batch.parts[0].entry : undefined)
       : batch.parts.find((part) => part.entry.items.some((item) => item.messageId === id))?.entry
-    if (refused !== undefined) return failEntry(refused, error)
+    if (refused !== undefined) return this.failEntry(refused, error)
     if (error._tag === "MessageRejected") {
-      isolate = batch.items.length
+      this.isolate = batch.items.length
       return
     }
-    for (const part of batch.parts) failEntry(part.entry, error)
+    for (const part of batch.parts) this.failEntry(part.entry, error)
   }
 
-  /** Serves the head of the queue while there is a grant; at most one batch in flight. */
-  const pump = (): void => {
-    if (pumping || closed) return
-    pumping = true
+  private answered(batch: Batch, stored: ReadonlyArray<Stored>): void {
+    const only = batch.parts.length === 1 ? batch.parts[0] : undefined
+    if (only !== undefined && only.entry.results.length === 0 && only.count === only.entry.items.length) {
+      // One sender's whole batch: its answer is the controller's own array.
+      only.entry.results = stored as Array<Stored>
+      return this.completeHead()
+    }
+    for (const part of batch.parts) {
+      for (let index = 0; index < part.count; index++) part.entry.results.push(stored[part.offset + index])
+    }
+    this.completeHead()
+  }
+
+  /** Serves the head of the line while there is a grant; at most one batch in flight. */
+  private pump(): void {
+    if (this.pumping || this.closed) return
+    this.pumping = true
     try {
-      while (!inFlight && grant !== undefined && liveHead()) {
-        const taken = grant
-        grant = undefined
-        const controller = options.controllerOf(taken)
-        if (controller === undefined || !controller.running()) continue
-        const entry = peek()!
-        if (entry._tag === "Grant") {
-          shift()
-          finish(entry, Exit.succeed(taken))
-          continue
-        }
-        const handshake = controller.handshake()
-        // A grant re-offered for a handshake whose caller went away after its message was
-        // stored: complete it (the message is sent rather than lost), then take the next grant.
-        if (handshake._tag === "Stored" && handshake.grant.token === taken.token) {
-          controller.ackAll(taken.token)
-          continue
-        }
-        if (handshake._tag !== "Granted" || handshake.grant.token !== taken.token) continue
-        const batch = collect(controller.freeDemand())
-        const answer = controller.submit(taken, batch.items)
-        if (answer instanceof PendingAnswer) {
-          inFlight = true
-          answer.onAnswer((settled) => {
-            inFlight = false
-            settle(batch, taken, controller, settled)
-            if (closed) closeWaiting()
-            else pump()
-          })
-          return
-        }
-        settle(batch, taken, controller, answer)
+      while (!this.inFlight && this.grant !== undefined && this.liveHead()) {
+        if (this.serveHead()) return
       }
     } finally {
-      pumping = false
+      this.pumping = false
     }
   }
 
-  const schedule = () => {
-    if (scheduled || pumping) return
-    scheduled = true
+  /** Serves the head with the held grant; true when a batch went to the controller and waits for its answer. */
+  private serveHead(): boolean {
+    const taken = this.grant!
+    this.grant = undefined
+    const controller = this.options.controllerOf(taken)
+    if (controller === undefined || !controller.running()) return false
+    const entry = this.line.peek()!
+    if (entry._tag === "Grant") {
+      this.line.shift()
+      finish(entry, Exit.succeed(taken))
+      return false
+    }
+    const handshake = controller.handshake()
+    // A grant re-offered for a handshake whose caller went away after its message was stored:
+    // complete it (the message is sent rather than lost), then take the next grant.
+    if (handshake._tag === "Stored" && handshake.grant.token === taken.token) {
+      controller.ackAll(taken.token)
+      return false
+    }
+    if (handshake._tag !== "Granted" || handshake.grant.token !== taken.token) return false
+    const batch = this.collect(controller.freeDemand())
+    const answer = controller.submit(taken, batch.items)
+    if (!(answer instanceof PendingAnswer)) {
+      this.settle(batch, taken, controller, answer)
+      return false
+    }
+    this.inFlight = true
+    answer.onAnswer((settled) => {
+      this.inFlight = false
+      this.settle(batch, taken, controller, settled)
+      if (this.closed) this.closeWaiting()
+      else this.pump()
+    })
+    return true
+  }
+
+  private schedule(): void {
+    if (this.scheduled || this.pumping) return
+    this.scheduled = true
     queueMicrotask(() => {
-      scheduled = false
-      pump()
+      this.scheduled = false
+      this.pump()
     })
   }
 
-  const closedError = () => new EndpointClosed({ name: options.endpoint })
+  private closedError(): EndpointClosed {
+    return new EndpointClosed({ name: this.options.endpoint })
+  }
 
   /** Fails every waiting caller (a sender whose messages are being stored waits for their answer). */
-  const closeWaiting = () => {
-    const waiting = queue.slice(head)
-    queue.length = 0
-    head = 0
-    for (const entry of waiting) {
-      if (entry._tag === "Send" && entry.next > 0 && inFlight) {
-        queue.push(entry)
+  private closeWaiting(): void {
+    for (const entry of this.line.takeAll()) {
+      if (entry._tag === "Send" && entry.next > 0 && this.inFlight) {
+        this.line.push(entry)
         continue
       }
-      if (entry._tag === "Send") finish(entry, Exit.fail(closedError()))
-      else finish(entry, Exit.fail(closedError()))
+      if (entry._tag === "Send") finish(entry, Exit.fail(this.closedError()))
+      else finish(entry, Exit.fail(this.closedError()))
     }
   }
-
-  /** Waits for an entry's exit: at once when the pump already settled it. */
-  const await_ = <A, E>(entry: { resume: Resume<A, E> | undefined; exit: Exit.Exit<A, E> | undefined; cancelled: boolean }) =>
-    entry.exit !== undefined ? entry.exit : Effect.async<A, E>((resume) => {
-      if (entry.exit !== undefined) return resume(entry.exit)
-      entry.resume = resume
-      return Effect.sync(() => {
-        entry.cancelled = true
-        entry.resume = undefined
-      })
-    })
-
-  return {
-    offer: (offered) => {
-      grant = offered
-      if (size() > 0) schedule()
-    },
-    voidGrant: () => {
-      grant = undefined
-    },
-    send: (items) => {
-      if (closed) return Exit.fail(closedError())
-      const entry = new SendEntry(items)
-      queue.push(entry)
-      pump()
-      return await_(entry)
-    },
-    requestNext: Effect.suspend(() => {
-      if (closed) return Exit.fail(closedError())
-      const entry = new GrantEntry()
-      queue.push(entry)
-      pump()
-      return await_(entry)
-    }),
-    close: () => {
-      if (closed) return
-      closed = true
-      grant = undefined
-      closeWaiting()
-    },
-    waiting: size
-  }
 }
+
+export const make = (options: IngressOptions): Ingress => new IngressQueue(options)

@@ -5,8 +5,8 @@
  * are resolved through the shared `ClusterRegistry`, names are unique across the cluster, and
  * relocatable endpoints of a dead node are re-created on a survivor.
  */
-import { Context, Duration, Effect, Layer, PubSub, Scope, Stream } from "effect"
-import type { Queue } from "effect"
+import { Config, Context, Duration, Effect, Layer, PubSub, Scope, Stream } from "effect"
+import type { ConfigError, Queue } from "effect"
 import type { ClusterRegistryError } from "./Cluster/ClusterErrors.js"
 import type { ClusterOptions } from "./Cluster/ClusterOptions.js"
 import { ClusterRegistry } from "./Cluster/ClusterRegistry.js"
@@ -17,7 +17,7 @@ import * as NodeLookup from "./internal/NodeLookup.js"
 import { ReliableSystem } from "./internal/ReliableSystemTag.js"
 import type { ReliableSystemService } from "./internal/ReliableSystemTag.js"
 import type { SystemInternals } from "./internal/SystemInternals.js"
-import * as Config from "./Protocol/Config.js"
+import * as OptionChecks from "./Protocol/Config.js"
 import { EndpointNotFound } from "./Protocol/Errors.js"
 import type { ReliableDeliveryFailed } from "./Protocol/Failure.js"
 import type { ReliableHealthEvent } from "./Protocol/Health.js"
@@ -39,17 +39,17 @@ const makeIdSource = (): (() => string) => {
   return () => `${prefix}${(++counter).toString(36)}`
 }
 
-const systemKeys = Config.optionKeys<ReliableSystemOptions>({ lookupTimeout: true })
+const systemKeys = OptionChecks.optionKeys<ReliableSystemOptions>({ lookupTimeout: true })
 
 export const make = (
   options: ReliableSystemOptions = {}
 ): Effect.Effect<ReliableSystemService, ReliableConfigError, Transport | Scope.Scope> =>
-  Effect.zipRight(Config.checkKeys("ReliableSystem.layer", options, systemKeys), build<never>(options, undefined))
+  Effect.zipRight(OptionChecks.checkKeys("ReliableSystem.layer", options, systemKeys), build<never>(options, undefined))
 
 /** Options of a cluster member: the system's options plus leases and relocatable factories. */
 export interface ClusterSystemOptions<R = never> extends ReliableSystemOptions, ClusterOptions<R> {}
 
-const clusterSystemKeys = Config.optionKeys<ClusterSystemOptions<unknown>>({
+const clusterSystemKeys = OptionChecks.optionKeys<ClusterSystemOptions<unknown>>({
   lookupTimeout: true,
   lease: true,
   renewInterval: true,
@@ -69,7 +69,7 @@ export const makeCluster = <R = never>(
   Transport | ClusterRegistry | Scope.Scope | Exclude<R, ReliableSystem | Scope.Scope>
 > =>
   Effect.gen(function*() {
-    yield* Config.checkKeys("ReliableSystem.layerCluster", options, clusterSystemKeys)
+    yield* OptionChecks.checkKeys("ReliableSystem.layerCluster", options, clusterSystemKeys)
     const registry = yield* ClusterRegistry
     // The user's services for the factories; never the build's own scope (a factory runs in the
     // scope of its endpoint's stay on this node).
@@ -93,7 +93,7 @@ const build = <E>(
   cluster: ClusterJoin<E> | undefined
 ): Effect.Effect<ReliableSystemService, E | ReliableConfigError, Transport | Scope.Scope> =>
   Effect.gen(function*() {
-    const lookupTimeout = yield* Config.checkInterval("lookupTimeout", options.lookupTimeout, Config.DefaultLookupTimeout)
+    const lookupTimeout = yield* OptionChecks.checkInterval("lookupTimeout", options.lookupTimeout, OptionChecks.DefaultLookupTimeout)
     const transport = yield* Transport
     const registry = new EndpointRegistry()
     const failures = yield* Effect.acquireRelease(PubSub.sliding<ReliableDeliveryFailed>(1024), PubSub.shutdown)
@@ -140,6 +140,18 @@ const build = <E>(
 /** One reliable system on the provided transport. */
 export const layer = (options: ReliableSystemOptions = {}): Layer.Layer<ReliableSystem, ReliableConfigError, Transport> =>
   Layer.scoped(ReliableSystem, make(options))
+
+/**
+ * `layer` with its options read from Effect `Config` (e.g. the environment), as
+ * `PgClient.layerConfig` reads its own:
+ * `layerConfig({ lookupTimeout: Config.duration("RELIABLE_LOOKUP_TIMEOUT") })`.
+ * A value `Config` cannot read is a `ConfigError`; one it reads but the system refuses is a
+ * `ReliableConfigError`.
+ */
+export const layerConfig = (
+  config: Config.Config.Wrap<ReliableSystemOptions>
+): Layer.Layer<ReliableSystem, ConfigError.ConfigError | ReliableConfigError, Transport> =>
+  Layer.unwrapEffect(Effect.map(Config.unwrap(config), layer))
 
 /** A cluster member on the registry and transport provided (see `makeCluster`). */
 export const layerCluster = <R = never>(

@@ -5,12 +5,15 @@
  * are resolved through the shared `ClusterRegistry`, names are unique across the cluster, and
  * relocatable endpoints of a dead node are re-created on a survivor.
  */
-import { Config, Context, Duration, Effect, Layer, PubSub, Scope, Stream } from "effect"
+import { Clock, Config, Context, Duration, Effect, Layer, PubSub, Scope, Stream } from "effect"
 import type { ConfigError, Queue } from "effect"
 import type { ClusterRegistryError } from "./Cluster/ClusterErrors.js"
 import type { ClusterOptions } from "./Cluster/ClusterOptions.js"
 import { ClusterRegistry } from "./Cluster/ClusterRegistry.js"
 import * as ClusterMember from "./Cluster/internal/ClusterMember.js"
+import type { ConsumerStats } from "./Controller/ConsumerController.js"
+import type { ProducerStats } from "./Controller/ProducerController.js"
+import type { WorkPullingStats } from "./Controller/WorkPullingStats.js"
 import type { ReliableConfigError } from "./Protocol/Errors.js"
 import { EndpointRegistry } from "./internal/EndpointRegistry.js"
 import * as NodeLookup from "./internal/NodeLookup.js"
@@ -192,3 +195,56 @@ export const subscribeDeadLetters: Effect.Effect<Queue.Dequeue<DeliveryDeadLette
 /** Respawns an endpoint of the system in context. */
 export const respawn = (name: string): Effect.Effect<void, EndpointNotFound, ReliableSystem> =>
   Effect.flatMap(ReliableSystem, (system) => system.respawn(name))
+
+interface EndpointSnapshotBase {
+  readonly name: string
+  /** The peer its configuration names (a consumer's producer...); none for a work-pulling producer. */
+  readonly peer: string | undefined
+  /** True while a controller runs (false between a terminal failure and `respawn`). */
+  readonly live: boolean
+  /** True when the endpoint persists through a durable queue. */
+  readonly durable: boolean
+}
+
+/** One endpoint as `snapshot` sees it: its kind, and its `stats` of that kind. */
+export type EndpointSnapshot =
+  | EndpointSnapshotBase & { readonly kind: "Producer"; readonly stats: ProducerStats }
+  | EndpointSnapshotBase & {
+    readonly kind: "WorkProducer"
+    readonly stats: ProducerStats
+    /** The pool: bound workers with what each has in flight, pending jobs; none while stopped. */
+    readonly pool: WorkPullingStats | undefined
+  }
+  | EndpointSnapshotBase & { readonly kind: "Consumer" | "Worker"; readonly stats: ConsumerStats }
+
+export interface SystemSnapshot {
+  readonly node: string
+  /** The clock's time of the snapshot (ms since the epoch). */
+  readonly at: number
+  /** The endpoints made by `Producer.make`, `Consumer.make`, `WorkPulling.producer` and `worker`, by name. */
+  readonly endpoints: ReadonlyArray<EndpointSnapshot>
+}
+
+/**
+ * What the endpoints of the system in context report right now, for operators (the operations
+ * page reads it): each one's kind, peer, liveness and stats; a work-pulling producer's pool too.
+ * Reads only.
+ */
+export const snapshot: Effect.Effect<SystemSnapshot, never, ReliableSystem> = Effect.gen(function*() {
+  const system = yield* ReliableSystem
+  const at = yield* Clock.currentTimeMillis
+  const endpoints: Array<EndpointSnapshot> = []
+  const entries = [...system.internal.registry.entries()].sort((a, b) => a.record.name.localeCompare(b.record.name))
+  for (const entry of entries) {
+    const view = entry.view
+    if (view === undefined) continue
+    const base = { name: entry.record.name, peer: entry.record.peer, live: entry.record.address !== undefined, durable: view.queue !== undefined }
+    // The view's stats are the endpoint's own `stats`, whose type its kind names.
+    const stats = yield* view.stats
+    const kind = entry.record.kind
+    if (kind === "WorkProducer") endpoints.push({ ...base, kind, stats: stats as ProducerStats, pool: entry.details.workStats?.() })
+    else if (kind === "Producer") endpoints.push({ ...base, kind, stats: stats as ProducerStats })
+    else endpoints.push({ ...base, kind, stats: stats as ConsumerStats })
+  }
+  return { node: system.node, at, endpoints }
+})

@@ -51,6 +51,11 @@ export interface ControllerStats {
   readonly confirmed: number
   /** Inputs ignored as stale, unbound or unverified. */
   readonly dropped: number
+  /**
+   * The lag: how long ago the oldest message sent and not yet confirmed was sent or enqueued
+   * (milliseconds; 0 when every message is confirmed).
+   */
+  readonly oldestUnconfirmedAgeMillis: number
 }
 
 export interface ProducerStats extends ControllerStats {
@@ -64,6 +69,9 @@ export interface ProducerStats extends ControllerStats {
 export interface ProducerController<A> extends ProducerShell.ProducerSide<A> {
   readonly stats: () => ControllerStats
 }
+
+/** How long ago `at` was (milliseconds; 0 for nothing, and never negative across clocks). */
+export const ageOf = (at: number | undefined, now: number): number => at === undefined ? 0 : Math.max(0, now - at)
 
 /** Accepts a registering controller only if it is the live consumer controller configured for us. */
 export const verifyConsumer = (record: EndpointRecord | undefined, producer: string, sender: ControllerAddress): boolean =>
@@ -202,5 +210,8 @@ export const make = <A>(
       snapshot: pool?.copy,
       refuse: frameFit?.produced
     })
-    return { ...shell, stats: () => ({ ...counters }) }
+    return {
+      ...shell,
+      stats: () => ({ ...counters, oldestUnconfirmedAgeMillis: ageOf(shell.state().unconfirmed.at(0)?.at, shell.now()) })
+    }
   })

@@ -131,7 +131,7 @@ export const backlogOf = (
 /** Starts a controller in the current scope, wired to the endpoint's hooks. */
 export type ControllerStart<A, C extends EndpointController<A>> = (hooks: ProducerHooks) => Effect.Effect<C, never, Scope.Scope>
 
-const noStats: ControllerStats = { sent: 0, resent: 0, confirmed: 0, dropped: 0 }
+const noStats: ControllerStats = { sent: 0, resent: 0, confirmed: 0, dropped: 0, oldestUnconfirmedAgeMillis: 0 }
 
 /**
  * Checks a caller's id (a generated one is fine by construction) and encodes the payload;

@@ -156,6 +156,8 @@ export interface ProducerSide<A> {
 
 export interface Shell<S, A> extends ProducerSide<A> {
   readonly state: () => S
+  /** The controller's clock (millis), the one its machine's times come from. */
+  readonly now: () => number
   /** The timer may have a new deadline (e.g. a first audit): wake it if it sleeps for one. */
   readonly wakeTimer: () => void
 }
@@ -309,6 +311,7 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
       handshake: () => machine.handshake(state),
       freeDemand: () => machine.freeDemand(state),
       state: () => state,
+      now,
       wakeTimer: timer.wake,
       drain
     }

@@ -9,6 +9,7 @@ export default defineConfig({
     alias: [
       { find: /^effect-reliable\/conformance$/, replacement: source("./src/Conformance.ts") },
       { find: /^effect-reliable\/testing$/, replacement: source("./src/Testing.ts") },
+      { find: /^effect-reliable\/ops$/, replacement: source("./src/Ops.ts") },
       { find: /^effect-reliable$/, replacement: source("./src/index.ts") }
     ]
   },

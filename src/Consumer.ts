@@ -36,5 +36,9 @@ export const make = <A, I>(
     Config.checkKeys("Consumer.make", options, consumerKeys),
     Effect.tap(ConsumerEndpoint.make(options, "Consumer", ["Producer"]), (consumer) =>
       // What operators see of it (`ReliableSystem.snapshot`).
-      Effect.map(ReliableSystem, (system) => system.internal.registry.setView(options.name, { stats: consumer.stats, payload: options.payload })))
+      Effect.map(ReliableSystem, (system) => system.internal.registry.setView(options.name, {
+        stats: consumer.stats,
+        payload: options.payload,
+        window: options.window ?? Config.DefaultWindow
+      })))
   )

@@ -215,7 +215,12 @@ export type EndpointSnapshot =
     /** The pool: bound workers with what each has in flight, pending jobs; none while stopped. */
     readonly pool: WorkPullingStats | undefined
   }
-  | EndpointSnapshotBase & { readonly kind: "Consumer" | "Worker"; readonly stats: ConsumerStats }
+  | EndpointSnapshotBase & {
+    readonly kind: "Consumer" | "Worker"
+    readonly stats: ConsumerStats
+    /** The most messages it holds unconfirmed. */
+    readonly window: number
+  }
 
 export interface SystemSnapshot {
   readonly node: string
@@ -244,7 +249,7 @@ export const snapshot: Effect.Effect<SystemSnapshot, never, ReliableSystem> = Ef
     const kind = entry.record.kind
     if (kind === "WorkProducer") endpoints.push({ ...base, kind, stats: stats as ProducerStats, pool: entry.details.workStats?.() })
     else if (kind === "Producer") endpoints.push({ ...base, kind, stats: stats as ProducerStats })
-    else endpoints.push({ ...base, kind, stats: stats as ConsumerStats })
+    else endpoints.push({ ...base, kind, stats: stats as ConsumerStats, window: view.window ?? OptionChecks.DefaultWindow })
   }
   return { node: system.node, at, endpoints }
 })

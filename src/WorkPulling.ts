@@ -186,8 +186,9 @@ export const producer = <A, I>(
   })
 
 /** Shows a worker's stats to operators (`ReliableSystem.snapshot`). */
-const showView = (options: { readonly name: string; readonly payload: Schema.Schema<any, any, never> }, consumer: Consumer.Consumer<unknown>) =>
-  Effect.map(ReliableSystem, (system) => system.internal.registry.setView(options.name, { stats: consumer.stats, payload: options.payload }))
+const showView = (options: WorkerOptions<any, any>, consumer: Consumer.Consumer<unknown>) =>
+  Effect.map(ReliableSystem, (system) =>
+    system.internal.registry.setView(options.name, { stats: consumer.stats, payload: options.payload, window: options.window ?? Config.DefaultWindow }))
 
 /**
  * A worker endpoint: the same `Consumer<A>` as point-to-point (`run(handler)`, `deliveries`). It

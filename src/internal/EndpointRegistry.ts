@@ -37,6 +37,8 @@ export interface EndpointView {
   readonly stats: Effect.Effect<object>
   /** The endpoint's durable queue, when it has one. */
   readonly queue?: QueueOperatorService | undefined
+  /** A consumer's or worker's window (the most messages it holds unconfirmed). */
+  readonly window?: number | undefined
   /** The payload Schema, to show a queue's entries decoded. */
   readonly payload?: Schema.Schema<any, any, never> | undefined
 }

@@ -21,6 +21,7 @@ import type { DurableWorkQueueService, FailureRequest, WorkStoreResult } from ".
 import type { HealthReporter } from "../internal/EndpointHealth.js"
 import * as LaneRunner from "./internal/LaneRunner.js"
 import type { WorkAction, WorkEvent } from "./WorkPullingMachine.js"
+import type { QueueMetrics } from "../Observability/Metrics.js"
 
 export type LaneAction = Extract<WorkAction, { readonly _tag: "Load" | "Store" | "Accept" | "ConfirmJobs" | "RecordFailure" | "DeadLetter" }>
 type StoreAction = Extract<WorkAction, { readonly _tag: "Store" }>
@@ -33,6 +34,8 @@ export interface WorkLaneOptions {
   readonly runFork: <A, E>(effect: Effect.Effect<A, E>) => Fiber.RuntimeFiber<A, E>
   /** Told when the queue stops and starts answering. */
   readonly health?: HealthReporter | undefined
+  /** Counts the queue calls' attempts and failures. */
+  readonly metrics?: QueueMetrics | undefined
   /** A durable operation finished; the event goes through the controller's machine. */
   readonly completed: (event: (now: number) => WorkEvent) => void
   /** A durable operation failed for good: terminal, or to be healed by a controller restart. */
@@ -167,6 +170,7 @@ export const make = (options: WorkLaneOptions): WorkLane => {
   const runner = LaneRunner.make<LaneOp>({
     retry: options.retry,
     runFork: options.runFork,
+    metrics: options.metrics,
     failed: options.failed,
     health: options.health,
     run,

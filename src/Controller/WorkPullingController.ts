@@ -16,6 +16,7 @@ import type { QueueRetryPolicy } from "./internal/LaneRunner.js"
 import * as ProducerShell from "./internal/ProducerShell.js"
 import { ageOf } from "./ProducerController.js"
 import type { ProducerController, ProducerHooks } from "./ProducerController.js"
+import type * as Metrics from "../Observability/Metrics.js"
 import * as WorkLane from "./WorkLane.js"
 import type { WorkPullingStats } from "./WorkPullingStats.js"
 import * as Machine from "./WorkPullingMachine.js"
@@ -81,6 +82,25 @@ export const oldestTimes = (state: Machine.WorkState): { readonly pending: numbe
     if (at !== undefined && (unconfirmed === undefined || at < unconfirmed)) unconfirmed = at
   }
   return { pending, unconfirmed }
+}
+
+/** What the endpoint's gauges show: the pool's totals over its bound workers. */
+const gaugesOf = (state: Machine.WorkState, now: number): Metrics.FlowGauges => {
+  let inFlight = 0
+  let freeDemand = 0
+  for (const binding of state.bindings) {
+    inFlight += binding.unconfirmed.length - binding.settled.size
+    freeDemand += Machine.freeDemand(binding)
+  }
+  const oldest = oldestTimes(state)
+  return {
+    inFlight,
+    freeDemand,
+    pending: state.pool.length,
+    workers: state.bindings.length,
+    oldestUnconfirmedAgeMillis: ageOf(oldest.unconfirmed, now),
+    oldestPendingAgeMillis: ageOf(oldest.pending, now)
+  }
 }
 
 const statsOf = (state: Machine.WorkState, counters: Counters, now: number): WorkPullingStats => {
@@ -189,6 +209,7 @@ export const make = <A>(
           retry: settings.queueRetry,
           runFork: context.runFork,
           health: context.health,
+          metrics: hooks.metrics.queue,
           completed: (event) => context.dispatch(event(context.now())),
           failed: (stage, cause, terminal) => {
             if (terminal) context.dispatch({ _tag: "Fail", stage, cause })
@@ -199,6 +220,12 @@ export const make = <A>(
       },
       laneActions,
       perform,
+      metricCounts: {
+        sent: () => counters.sent + counters.dispatched,
+        resent: () => counters.resent,
+        confirmed: () => counters.confirmed,
+        dropped: () => counters.dropped + counters.fenced
+      },
       dropped: (reason) => {
         if (reason === "UnverifiedSender") counters.fenced++
         else counters.dropped++
@@ -218,6 +245,7 @@ export const make = <A>(
         dropped: counters.dropped + counters.fenced,
         oldestUnconfirmedAgeMillis: ageOf(oldestTimes(shell.state()).unconfirmed, shell.now())
       }),
-      workStats: () => statsOf(shell.state(), counters, shell.now())
+      workStats: () => statsOf(shell.state(), counters, shell.now()),
+      gauges: () => gaugesOf(shell.state(), shell.now())
     }
   })

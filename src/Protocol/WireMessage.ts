@@ -7,8 +7,9 @@ import { ControllerAddress } from "./Address.js"
 
 const Seq = Schema.Int.pipe(Schema.nonNegative())
 const Id = Schema.NonEmptyString
-/** A W3C `traceparent` is 55 characters; anything far longer is not one. */
-const TraceContext = Schema.String.pipe(Schema.maxLength(256))
+/** The longest trace context a message carries (a W3C `traceparent` is 55 characters). */
+export const MaxTraceContext = 256
+const TraceContext = Schema.String.pipe(Schema.maxLength(MaxTraceContext))
 
 /** Consumer controller -> producer controller: please bind me; fresh nonce per attempt. */
 export const RegisterConsumer = Schema.TaggedStruct("RegisterConsumer", { nonce: Id })

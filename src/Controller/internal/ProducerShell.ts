@@ -24,6 +24,7 @@ import type { FrameTooLarge, ProducerContractError } from "../../Protocol/Errors
 import type { ReliableDeliveryStage } from "../../Protocol/Failure.js"
 import type { PayloadCodec } from "../../Protocol/PayloadCodec.js"
 import type { ConsumerToProducer, Envelope } from "../../Protocol/WireMessage.js"
+import * as Metrics from "../../Observability/Metrics.js"
 import * as DeadlineTimer from "./DeadlineTimer.js"
 import * as ProducerCalls from "./ProducerCalls.js"
 import type { Handshake } from "./ProducerHandshake.js"
@@ -37,6 +38,8 @@ export interface ProducerHooks {
   readonly stopped: (outcome: StopOutcome) => void
   /** Where the durable lane reports that its backend stopped or started answering. */
   readonly health: HealthReporter
+  /** The endpoint's metrics. */
+  readonly metrics: Metrics.EndpointMetrics
 }
 
 /** Who a controller is: its address (a fresh incarnation) and its session. */
@@ -111,6 +114,14 @@ export interface ShellCounters {
   dropped: number
 }
 
+/** What a producer-side controller counts into the endpoint's counter metrics (its stats' numbers). */
+export interface MetricCounts {
+  readonly sent: () => number
+  readonly resent: () => number
+  readonly confirmed: () => number
+  readonly dropped: () => number
+}
+
 export interface ShellOptions<S, Ev, Act extends { readonly _tag: string }, A> {
   readonly identity: Identity
   readonly system: SystemInternals
@@ -121,6 +132,8 @@ export interface ShellOptions<S, Ev, Act extends { readonly _tag: string }, A> {
   /** How long closing waits for the durable lane to finish what it holds. */
   readonly drainTimeout: Duration.Duration
   readonly counters: ShellCounters
+  /** The controller's counts as its stats report them, added to the counter metrics after each fold. */
+  readonly metricCounts: MetricCounts
   readonly machine: ShellMachine<S, Ev, Act>
   readonly initial: (now: number) => Step<S, Act>
   /** Whether the resolver vouches for a registering controller. */
@@ -203,6 +216,13 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
       health: hooks.health
     }
     const lane = options.lane?.(context)
+    const counts = options.metricCounts
+    const syncCounters = Metrics.counterSync([
+      [counts.sent, hooks.metrics.sent],
+      [counts.resent, hooks.metrics.resent],
+      [counts.confirmed, hooks.metrics.confirmed],
+      [counts.dropped, hooks.metrics.dropped]
+    ])
 
     const performCommon = (action: CommonAction): boolean => {
       switch (action._tag) {
@@ -242,6 +262,7 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
       const posted = envelopes
       envelopes = undefined
       if (posted !== undefined) system.transport.post(posted)
+      syncCounters()
     }
 
     const dispatch = (event: Ev): ReadonlyArray<Act> => {
@@ -273,6 +294,7 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
       Effect.sync(() => {
         closed = true
         calls.abandon()
+        syncCounters()
       })
     )
 

@@ -144,7 +144,8 @@ export const memorySenders = (fibers: number, perFiber: number, solo: number) =>
 
 /**
  * `enqueue` on a durable PostgreSQL producer with no consumer: `fibers` fibers each enqueueing one
- * message at a time (group commit shares their transactions). RSS is sampled at a tenth and at the end.
+ * message at a time (group commit shares their transactions). RSS and the heap after a full GC
+ * are sampled at a tenth and at the end.
  */
 export const postgresEnqueue = (messages: number, fibers: number) =>
   onPostgres((tablePrefix) =>
@@ -153,13 +154,13 @@ export const postgresEnqueue = (messages: number, fibers: number) =>
       const producer = yield* Producer.make({ name: "bench-out", consumer: "bench-in", payload: Order, durableQueue: queue })
       const perFiber = messages / fibers
       let enqueued = 0
-      let rssAtTenth = 0
+      let atTenth = { rss: 0, heap: 0 }
       const started = performance.now()
       yield* Effect.forEach(Array.from({ length: fibers }, (_, fiber) => fiber), (fiber) =>
         Effect.gen(function*() {
           for (let index = 0; index < perFiber; index++) {
             yield* producer.enqueue(order(fiber * perFiber + index))
-            if (++enqueued === messages / 10) rssAtTenth = process.memoryUsage().rss / 1048576
+            if (++enqueued === messages / 10) atTenth = { rss: process.memoryUsage().rss / 1048576, heap: heapAfterGcMiB() ?? 0 }
           }
         }), { concurrency: "unbounded", discard: true })
       const seconds = (performance.now() - started) / 1000
@@ -173,7 +174,8 @@ export const postgresEnqueue = (messages: number, fibers: number) =>
         unit: "msgs/s",
         peakRssMiB: peakRssMiB(),
         ...(heap === undefined ? {} : { heapAfterGcMiB: heap }),
-        note: `RSS at ${format(messages / 10)}: ${format(rssAtTenth)} MiB, at ${format(messages)}: ${format(rssAtEnd)} MiB`
+        note: `RSS at ${format(messages / 10)}: ${format(atTenth.rss)} MiB, at ${format(messages)}: ${format(rssAtEnd)} MiB; ` +
+          `heap after GC at ${format(messages / 10)}: ${format(atTenth.heap, 1)} MiB`
       } satisfies Row
     }).pipe(Effect.scoped))
 

@@ -58,6 +58,8 @@ export const cases: Record<string, Case> = {
   "ingress-pg-outbox-writers": () => run(Ingress.postgresOutbox(16, 1_000)),
   "ingress-sink-100k": () => run(Ingress.sinkVersusSendAll(100_000)),
   // remote and durable together, beside RabbitMQ with the same guarantee
-  "ingress-remote-pg-200k": () => run(IngressRemote.remoteDurable(200_000)),
-  "ingress-rabbitmq-200k": () => run(IngressRemote.rabbitMq(200_000))
+  "ingress-remote-pg-200k-w1000": () => run(IngressRemote.remoteDurable(200_000, 1000)),
+  "ingress-rabbitmq-200k-prefetch1000": () => run(IngressRemote.rabbitMq(200_000, 1000)),
+  "ingress-remote-pg-200k-w5000": () => run(IngressRemote.remoteDurable(200_000, 5000)),
+  "ingress-rabbitmq-200k-prefetch5000": () => run(IngressRemote.rabbitMq(200_000, 5000))
 }

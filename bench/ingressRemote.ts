@@ -22,7 +22,6 @@ import type { Row } from "./Row.js"
 
 const host = "127.0.0.1"
 const Batch = 1000
-const Window = 1000
 const pgUrl = process.env.RELIABLE_PG_URL ?? "postgres://postgres@127.0.0.1:5432/test"
 const rabbitUrl = process.env.RABBITMQ_URL ?? "amqp://guest:guest@127.0.0.1:5672"
 
@@ -36,11 +35,11 @@ const row = (name: string, messages: number, seconds: number, consumer: { readon
   note: `CPU/msg: producer ${((cpu.user + cpu.system) / messages).toFixed(1)} µs, consumer ${(consumer.cpuMs * 1000 / messages).toFixed(1)} µs (incl. startup)`
 })
 
-const durableFlow = (messages: number, tablePrefix: string) =>
+const durableFlow = (messages: number, window: number, tablePrefix: string) =>
   Effect.gen(function*() {
     const transport = (yield* Transport) as SocketTransport.SocketTransportService
     const queue = yield* SqlProducerQueue.makeSql({ queueName: "bench", tablePrefix })
-    const consumer = yield* spawnConsumer(transport.port, messages, Window, {})
+    const consumer = yield* spawnConsumer(transport.port, messages, window, {})
     const producer = yield* Producer.make({
       name: "bench-out",
       consumer: "bench-in",
@@ -57,7 +56,7 @@ const durableFlow = (messages: number, tablePrefix: string) =>
     const done = yield* Deferred.await(consumer.done)
     const seconds = (performance.now() - started) / 1000
     return row(
-      `remote and durable: PostgreSQL queue, consumer in another process over TCP, sendAll batches of ${Batch}, window ${Window}, ${messages.toLocaleString("en")} msgs of ~100 B`,
+      `remote and durable: PostgreSQL queue, consumer in another process over TCP, sendAll batches of ${Batch}, window ${window}, ${messages.toLocaleString("en")} msgs of ~100 B`,
       messages,
       seconds,
       done,
@@ -65,11 +64,11 @@ const durableFlow = (messages: number, tablePrefix: string) =>
     )
   }).pipe(Effect.scoped)
 
-/** A producer on a PostgreSQL queue in this process, its consumer in another over TCP. */
-export const remoteDurable = (messages: number): Effect.Effect<Row, Error> => {
+/** A producer on a PostgreSQL queue in this process, its consumer (with `window`) in another over TCP. */
+export const remoteDurable = (messages: number, window: number): Effect.Effect<Row, Error> => {
   const tablePrefix = freshPrefix()
   const client = PgClient.layer({ url: Redacted.make(pgUrl), connectTimeout: Duration.seconds(5) })
-  return Effect.ensuring(durableFlow(messages, tablePrefix), dropTables(tablePrefix)).pipe(
+  return Effect.ensuring(durableFlow(messages, window, tablePrefix), dropTables(tablePrefix)).pipe(
     Effect.provide(Layer.mergeAll(
       ReliableSystem.layer().pipe(Layer.provideMerge(SocketTransport.layerSocket({ host, port: 0 }))),
       client
@@ -93,12 +92,12 @@ const rabbitChannel = (queue: string) =>
     })
   )
 
-/** The same workload on RabbitMQ: durable queue, persistent messages, publisher confirms, manual acks. */
-export const rabbitMq = (messages: number): Effect.Effect<Row, Error> =>
+/** The same workload on RabbitMQ: durable queue, persistent messages, publisher confirms, manual acks (`prefetch` unacked). */
+export const rabbitMq = (messages: number, prefetch: number): Effect.Effect<Row, Error> =>
   Effect.gen(function*() {
     const queue = `bench-${Date.now().toString(36)}`
     const { channel } = yield* rabbitChannel(queue)
-    const consumer = yield* spawnConsumer(0, messages, Window, { QUEUE: queue, RABBITMQ_URL: rabbitUrl }, "rabbitConsumer")
+    const consumer = yield* spawnConsumer(0, messages, prefetch, { QUEUE: queue, RABBITMQ_URL: rabbitUrl }, "rabbitConsumer")
     const started = performance.now()
     const cpuBefore = process.cpuUsage()
     for (let first = 0; first < messages; first += Batch) {
@@ -111,7 +110,7 @@ export const rabbitMq = (messages: number): Effect.Effect<Row, Error> =>
     const done = yield* Deferred.await(consumer.done)
     const seconds = (performance.now() - started) / 1000
     return row(
-      `RabbitMQ: durable queue, persistent, publisher confirms per batch of ${Batch}, consumer in another process, prefetch ${Window}, ack multiple every 100, ${messages.toLocaleString("en")} msgs of ~100 B`,
+      `RabbitMQ: durable queue, persistent, publisher confirms per batch of ${Batch}, consumer in another process, prefetch ${prefetch}, ack multiple every 100, ${messages.toLocaleString("en")} msgs of ~100 B`,
       messages,
       seconds,
       done,

@@ -203,15 +203,8 @@ export const make = <A>(
         const lane = DurableLane.make({
           queue: settings.durableQueue!,
           retry: settings.queueRetry,
-          runFork: context.runFork,
-          health: context.health,
-          metrics: hooks.metrics.queue,
-          completed: (event) => context.dispatch(event(context.now())),
-          failed: (stage, cause, terminal) => {
-            if (terminal) context.dispatch({ _tag: "Fail", stage, cause })
-            else context.stop({ _tag: "Restart", cause })
-          },
-          now: context.now
+          ...context.laneParts,
+          metrics: hooks.metrics.queue
         })
         return { drain: lane.drain, submit: (action) => lane.submit(action as DurableLane.LaneAction) }
       },

@@ -207,14 +207,8 @@ export const make = <A>(
         const lane = WorkLane.make({
           queue: settings.durableQueue!,
           retry: settings.queueRetry,
-          runFork: context.runFork,
-          health: context.health,
-          metrics: hooks.metrics.queue,
-          completed: (event) => context.dispatch(event(context.now())),
-          failed: (stage, cause, terminal) => {
-            if (terminal) context.dispatch({ _tag: "Fail", stage, cause })
-            else context.stop({ _tag: "Restart", cause })
-          }
+          ...context.laneParts,
+          metrics: hooks.metrics.queue
         })
         return { drain: lane.drain, submit: (action) => lane.submit(action as WorkLane.LaneAction) }
       },

@@ -16,6 +16,7 @@ import type { SqlClient } from "@effect/sql/SqlClient"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 import type { Context, Scope } from "effect"
+import * as DurableQueue from "../src/DurableQueue.js"
 import type * as ReliableSystem from "../src/ReliableSystem.js"
 import { describePostgres, dropTables, pgUrl, probePostgres, sharedClient, pgClientLayer, uniqueSuffix } from "./DurableQueue/SqlTestSupport.js"
 import * as OutageFlow from "./support/OutageFlow.js"
@@ -124,6 +125,28 @@ describePostgres(probe, "database outages (PostgreSQL behind a proxy, live clock
         expect(OutageFlow.orderViolation(flow)).toBeUndefined()
         expect(resumeMs).toBeLessThan(2_000)
       })), 90_000)
+
+  it.live("after an outage, a message another process writes into the backlog is signalled at once, not found by the next poll", () =>
+    proxied((proxy, client) =>
+      Effect.gen(function*() {
+        // The poll is far away: only the backlog signal (LISTEN) can bring the writes in quickly.
+        const { flow, queueName } = yield* OutageFlow.pointToPoint(client, tablePrefix, { backlogPollInterval: "1 minute" })
+        const direct = yield* OutageFlow.buildClient(pgUrl)
+        const writer = yield* DurableQueue.writer({ queueName, tablePrefix, payload: OutageFlow.Order }).pipe(Effect.provide(direct))
+        const delivered = (id: string) => () => flow.deliveries.some((delivery) => delivery.messageId === id)
+        yield* writer.enqueue({ sender: 9, n: 1 }, { messageId: "written-1" })
+        yield* OutageFlow.waitFor("the first written message", delivered("written-1"), 5_000)
+        // Its confirmation is written meanwhile: the outage then finds the flow idle, with no call
+        // to fail (a failed call would restart the controller, whose first look finds the write).
+        yield* Effect.sleep("2 seconds")
+        yield* proxy.cut
+        yield* Effect.sleep("1 second")
+        yield* proxy.heal
+        yield* writer.enqueue({ sender: 9, n: 2 }, { messageId: "written-2" })
+        yield* OutageFlow.waitFor("the message written after the outage", delivered("written-2"), 5_000)
+        expect(flow.failures).toEqual([])
+        expect(flow.health).toEqual([])
+      })), 60_000)
 })
 
 const throwawayMissing = ThrowawayPg.unavailable()

@@ -37,6 +37,7 @@ export interface HealingOptions {
   readonly queueTimeout?: Duration.DurationInput
   readonly queueBackoff?: Config.QueueBackoff
   readonly drainTimeout?: Duration.DurationInput
+  readonly backlogPollInterval?: Duration.DurationInput
 }
 
 /** A PostgreSQL client on `url` whose connections fail fast when nobody answers. */
@@ -111,8 +112,9 @@ export const pointToPoint = (client: Context.Context<SqlClient>, tablePrefix: st
   Effect.gen(function*() {
     // The queue is made once (its migrations need the database); the producer endpoint on it is
     // made again when a scenario restarts it, as an application's would be.
+    const queueName = `outage-${uniqueSuffix()}`
     const queue = yield* Layer.build(
-      SqlProducerQueue.layerSql({ queueName: `outage-${uniqueSuffix()}`, tablePrefix }).pipe(Layer.provide(Layer.succeedContext(client)))
+      SqlProducerQueue.layerSql({ queueName, tablePrefix }).pipe(Layer.provide(Layer.succeedContext(client)))
     ).pipe(Effect.map((context) => Context.get(context, DurableProducerQueue)))
     const makeProducer = Effect.gen(function*() {
       const scope = yield* Scope.make()
@@ -137,6 +139,7 @@ export const pointToPoint = (client: Context.Context<SqlClient>, tablePrefix: st
     }
     return {
       flow,
+      queueName,
       /** Closes the producer's scope (a clean shutdown) and makes it again; senders go on with the new one. */
       restartProducer: Effect.gen(function*() {
         yield* Scope.close(current.scope, Exit.void)

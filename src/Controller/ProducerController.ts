@@ -182,14 +182,7 @@ export const make = <A>(
         const lane = DurableLane.make({
           queue: settings.durableQueue!,
           retry: settings.queueRetry,
-          runFork: context.runFork,
-          health: context.health,
-          completed: (event) => context.dispatch(event(context.now())),
-          failed: (stage, cause, terminal) => {
-            if (terminal) context.dispatch({ _tag: "Fail", stage, cause })
-            else context.stop({ _tag: "Restart", cause })
-          },
-          now: context.now
+          ...context.laneParts
         })
         return { drain: lane.drain, submit: (action) => lane.submit(action as DurableLane.LaneAction) }
       },

@@ -161,13 +161,7 @@ export const make = <A>(
         const lane = WorkLane.make({
           queue: settings.durableQueue!,
           retry: settings.queueRetry,
-          runFork: context.runFork,
-          health: context.health,
-          completed: (event) => context.dispatch(event(context.now())),
-          failed: (stage, cause, terminal) => {
-            if (terminal) context.dispatch({ _tag: "Fail", stage, cause })
-            else context.stop({ _tag: "Restart", cause })
-          }
+          ...context.laneParts
         })
         return { drain: lane.drain, submit: (action) => lane.submit(action as WorkLane.LaneAction) }
       },

@@ -204,6 +204,35 @@ const startBacklog = (endpoint: string, settings: BacklogSettings, ingress: Ingr
     return backlog
   })
 
+/** `enqueue` and `enqueueAll`: into the backlog, group-committed; refused without a durable queue. */
+const enqueuer = <A>(endpoint: string, codec: PayloadCodec<A>, backlog: Backlog | undefined, closed: () => boolean) => {
+  // A binary payload is copied: the queue keeps it, and the caller may reuse its array.
+  const encodeKept = encoder(endpoint, codec, (bytes) => bytes.slice())
+  const noBacklog = () =>
+    Exit.fail(
+      new ReliableConfigError({
+        option: "durableQueue",
+        message: `${endpoint} has no durable queue: enqueue needs one (durableQueue, or durableWorkQueue for work-pulling)`
+      })
+    )
+
+  const enqueueAll = (messages: Iterable<Message<A>>): Effect.Effect<ReadonlyArray<Enqueued>, EnqueueError> =>
+    Effect.suspend((): Effect.Effect<ReadonlyArray<Enqueued>, EnqueueError> => {
+      if (closed()) return Exit.fail(new EndpointClosed({ name: endpoint }))
+      if (backlog === undefined) return noBacklog()
+      const items = encodeAll(encodeKept, messages)
+      if (Either.isLeft(items)) return Exit.fail(items.left as ProducerContractError | PayloadEncodeError)
+      if (items.right.length === 0) return Exit.succeed([])
+      return Effect.flatMap(Effect.clockWith((clock) => clock.currentTimeMillis), (at) =>
+        backlog.batcher.enqueue(items.right.map((item) => ({ messageId: item.messageId, payload: item.payload, at }))))
+    })
+
+  const enqueue = (payload: A, options?: SendOptions): Effect.Effect<Enqueued, EnqueueError> =>
+    Effect.map(enqueueAll([options?.messageId === undefined ? { payload } : { payload, messageId: options.messageId }]), (results) => results[0])
+
+  return { enqueue, enqueueAll }
+}
+
 export interface EndpointOptions<A, C extends EndpointController<A>> {
   readonly system: SystemInternals
   readonly record: EndpointRecord
@@ -285,23 +314,7 @@ export const make = <A, C extends EndpointController<A>>(
         return items.right.length === 0 ? Exit.succeed([]) : ingress.send(items.right)
       })
 
-    const encodeKept = encoder(record.name, codec, (bytes) => bytes.slice())
-    const noBacklog = () =>
-      Exit.fail(new ReliableConfigError({ option: "durableQueue", message: `${record.name} has no durable queue: enqueue needs one (durableQueue, or durableWorkQueue for work-pulling)` }))
-
-    const enqueueAll = (messages: Iterable<Message<A>>): Effect.Effect<ReadonlyArray<Enqueued>, EnqueueError> =>
-      Effect.suspend((): Effect.Effect<ReadonlyArray<Enqueued>, EnqueueError> => {
-        if (closed) return closedError()
-        if (backlog === undefined) return noBacklog()
-        const items = encodeAll(encodeKept, messages)
-        if (Either.isLeft(items)) return Exit.fail(items.left as ProducerContractError | PayloadEncodeError)
-        if (items.right.length === 0) return Exit.succeed([])
-        return Effect.flatMap(Effect.clockWith((clock) => clock.currentTimeMillis), (at) =>
-          backlog.batcher.enqueue(items.right.map((item) => ({ messageId: item.messageId, payload: item.payload, at }))))
-      })
-
-    const enqueue = (payload: A, options?: SendOptions): Effect.Effect<Enqueued, EnqueueError> =>
-      Effect.map(enqueueAll([options?.messageId === undefined ? { payload } : { payload, messageId: options.messageId }]), (results) => results[0])
+    const { enqueue, enqueueAll } = enqueuer(record.name, codec, backlog, () => closed)
 
     const produce = (produced: Produced<A>): Effect.Effect<Stored, SendError> =>
       Effect.suspend((): Effect.Effect<Stored, SendError> => {

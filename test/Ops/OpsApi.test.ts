@@ -4,7 +4,8 @@
  * read-only page and requeue a dead letter back into the flow when enabled.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Deferred, Effect, Schedule, Schema } from "effect"
+import { WorkPulling } from "effect-reliable"
 import * as Ops from "effect-reliable/ops"
 import { waitUntil } from "../support/Nodes.js"
 import { call, queueWhen, startFlow, systemLayer } from "./OpsFlow.js"
@@ -70,6 +71,34 @@ describe("operations page API", () => {
       expect((yield* call(page, "api/queues/orders-out/dead-letters/order-5/requeue", "POST")).body.done).toBe(false)
       expect((yield* call(page, "api/queues/orders-in")).status).toBe(404)
       expect(flow.accepted).not.toContain(5)
+    }).pipe(Effect.provide(systemLayer)))
+
+  it.scopedLive("a work-pulling pool shows each worker's in-flight jobs as WorkPulling.stats does", () =>
+    Effect.gen(function*() {
+      const Job = Schema.Struct({ n: Schema.Number })
+      const producer = yield* WorkPulling.producer({ name: "jobs", payload: Job })
+      const release = yield* Deferred.make<void>()
+      for (const [name, window] of [["worker-a", 2], ["worker-b", 3]] as const) {
+        const worker = yield* WorkPulling.worker({ name, producer: "jobs", payload: Job, window, concurrency: window })
+        yield* Effect.forkScoped(worker.run(() => Deferred.await(release)))
+      }
+      yield* Effect.forkScoped(Effect.forEach(Array.from({ length: 8 }, (_, n) => n), (n) => producer.send({ n }), { discard: true }))
+      const page = yield* Ops.make({ port: 0 })
+      const pool = Effect.map(call(page, "api/snapshot"), (answer) => answer.body.endpoints.find((endpoint: { name: string }) => endpoint.name === "jobs").pool)
+      // Both workers hold a full window (2 + 3), the other jobs wait: the pool stands still.
+      const held = (state: { perWorker: Array<{ inFlight: number }> }) => state.perWorker.reduce((sum, worker) => sum + worker.inFlight, 0)
+      const shown = yield* pool.pipe(
+        Effect.filterOrFail((state) => state !== undefined && state.workers === 2 && held(state) === 5, (state) => new Error(`the pool has not filled yet: ${JSON.stringify(state)}`)),
+        Effect.retry(Schedule.spaced("20 millis")),
+        Effect.timeout("10 seconds")
+      )
+      const stats = yield* WorkPulling.stats("jobs")
+      expect(shown.perWorker.map((worker: { worker: string; inFlight: number }) => [worker.worker, worker.inFlight]).sort())
+        .toEqual(stats.perWorker.map((worker) => [worker.worker, worker.inFlight]).sort())
+      expect(shown.perWorker.map((worker: { inFlight: number }) => worker.inFlight).sort()).toEqual([2, 3])
+      const kinds = (yield* call(page, "api/snapshot")).body.endpoints.map((endpoint: { name: string; kind: string }) => [endpoint.name, endpoint.kind])
+      expect(kinds).toEqual([["jobs", "WorkProducer"], ["worker-a", "Worker"], ["worker-b", "Worker"]])
+      yield* Deferred.succeed(release, undefined)
     }).pipe(Effect.provide(systemLayer)))
 
   it.scopedLive("serves the page, Prometheus text at /metrics, and refuses bad options", () =>

@@ -2,11 +2,13 @@
  * The operations page in a real browser: headless Chromium (Debian's `chromium`, driven by
  * `playwright-core`) loads the page during a running durable flow, reads the numbers from the
  * page and checks them against the endpoints' stats, clicks requeue on a dead letter and sees the
- * message delivered. Saves a screenshot at test-output/ops-page.png. Without a browser it skips
- * with one line, except under CI=true, where it must run (.ci/run installs `chromium`).
+ * message delivered; and shows a work-pulling pool's per-worker in-flight jobs as the pool's stats
+ * say. Saves a screenshot at test-output/ops-page.png. Without a browser it skips with one line,
+ * except under CI=true, where it must run (.ci/run installs `chromium`).
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Deferred, Effect, Schema } from "effect"
+import { WorkPulling } from "effect-reliable"
 import * as Ops from "effect-reliable/ops"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
@@ -93,5 +95,35 @@ describe.runIf(browserPresent || required)("operations page in headless Chromium
       yield* waitUntil("order 4 accepted after the requeue", () => flow.accepted.includes(4))
       yield* Effect.promise(() => page.waitForSelector(`tr[data-dead-letter="order-4"]`, { state: "detached", timeout: 20_000 }))
       expect(yield* Effect.promise(() => page.textContent("#last-action"))).toBe("requeue order-4: true")
+    }).pipe(Effect.provide(systemLayer)), 120_000)
+
+  it.scopedLive("shows each worker's in-flight jobs as WorkPulling.stats does", () =>
+    Effect.gen(function*() {
+      const Job = Schema.Struct({ n: Schema.Number })
+      const producer = yield* WorkPulling.producer({ name: "jobs", payload: Job })
+      const release = yield* Deferred.make<void>()
+      for (const [name, window] of [["worker-a", 2], ["worker-b", 3]] as const) {
+        const worker = yield* WorkPulling.worker({ name, producer: "jobs", payload: Job, window, concurrency: window })
+        yield* Effect.forkScoped(worker.run(() => Deferred.await(release)))
+      }
+      yield* Effect.forkScoped(Effect.forEach(Array.from({ length: 8 }, (_, n) => n), (n) => producer.send({ n }), { discard: true }))
+      const ops = yield* Ops.make({ port: 0 })
+      const browser = yield* launch
+      const page = yield* Effect.promise(() => browser.newPage())
+      yield* Effect.promise(() => page.goto(ops.url))
+      // Both workers come to hold a full window; the page shows what the pool's stats say.
+      const inFlight = (worker: string) => `td[data-pool="jobs"][data-worker="${worker}"][data-field="inFlight"]`
+      yield* Effect.promise(() => page.waitForFunction(
+        `document.querySelector('${inFlight("worker-a")}')?.textContent === "2" && document.querySelector('${inFlight("worker-b")}')?.textContent === "3"`,
+        undefined,
+        { timeout: 20_000 }
+      ))
+      const stats = yield* WorkPulling.stats("jobs")
+      for (const worker of stats.perWorker) {
+        expect(Number(yield* Effect.promise(() => page.textContent(inFlight(worker.worker))))).toBe(worker.inFlight)
+      }
+      expect(stats.perWorker.map((worker) => worker.inFlight).sort()).toEqual([2, 3])
+      expect(Number(yield* Effect.promise(() => page.textContent(`td[data-pool="jobs"][data-field="workers"]`)))).toBe(2)
+      yield* Deferred.succeed(release, undefined)
     }).pipe(Effect.provide(systemLayer)), 120_000)
 })

@@ -45,7 +45,7 @@ export const systemFromConfig = ReliableSystem.layerConfig({ lookupTimeout: Conf
 export const socketFromConfig = Transport.layerSocketConfig({ host: Config.string("HOST"), port: Config.port("PORT") })
 export const snapshot = ReliableSystem.snapshot
 export const opsPage = Ops.layer({ port: 0 })
-export const opsApp = Ops.app({ actions: true })
+export const opsHandler = Ops.webHandler({ actions: true })
 export const waitForDelivery = Testing.advanceUntil(() => true, { label: "a delivery" })
 export const recorder = Testing.recorder()
 export const faultRun = Testing.faultRun({

@@ -101,7 +101,7 @@ describe("operations page API", () => {
       yield* Deferred.succeed(release, undefined)
     }).pipe(Effect.provide(systemLayer)))
 
-  it.scopedLive("serves the page, Prometheus text at /metrics, and refuses bad options", () =>
+  it.scopedLive("serves the page, Prometheus text at /metrics, a web handler to mount elsewhere, and refuses bad options", () =>
     Effect.gen(function*() {
       const page = yield* Ops.make({ port: 0 })
       expect(page.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/$/)
@@ -113,6 +113,10 @@ describe("operations page API", () => {
       expect(metrics.type).toContain("text/plain")
       expect(metrics.body).toMatch(/^# TYPE /m)
       expect((yield* call(page, "api/nothing")).status).toBe(404)
+      const handler = yield* Ops.webHandler()
+      const answer = yield* Effect.promise(() => handler(new Request("http://app.internal/api/snapshot")))
+      expect(answer.status).toBe(200)
+      expect(yield* Effect.promise(() => answer.json())).toMatchObject({ node: "memory", actions: false })
       expect(yield* Effect.flip(Ops.make({ port: -1 }))).toMatchObject({ _tag: "ReliableConfigError", option: "port" })
       expect(yield* Effect.flip(Ops.make({ port: 0, action: true } as Ops.OpsOptions))).toMatchObject({ _tag: "ReliableConfigError", option: "action" })
     }).pipe(Effect.provide(systemLayer)))

@@ -187,6 +187,22 @@ describe("enqueue: point-to-point", () => {
     }).pipe(Effect.provide(system()))))
 })
 
+describe("enqueue: an endpoint closing mid-transaction", () => {
+  it.scoped("callers whose transaction is cut short by the endpoint's scope closing fail with EndpointClosed; none waits forever", () =>
+    quiet(Effect.gen(function*() {
+      const inner = yield* MemoryProducerQueue.makeMemory
+      const queue: DurableProducerQueueService = { ...inner, enqueue: () => Effect.never }
+      const producerScope = yield* Scope.make()
+      const producer = yield* Producer.make({ name: "p", consumer: "c", payload: Order, durableQueue: queue }).pipe(Scope.extend(producerScope))
+      // the first caller's transaction starts at once; the next two wait for it
+      const callers = yield* Effect.forEach([0, 1, 2], (id) => Effect.fork(producer.enqueue({ id })))
+      yield* TestClock.adjust("10 millis")
+      yield* Scope.close(producerScope, Exit.void)
+      const errors = yield* Effect.forEach(callers, (caller) => Effect.flip(Fiber.join(caller)))
+      expect(errors.map((error) => error._tag)).toEqual(["EndpointClosed", "EndpointClosed", "EndpointClosed"])
+    }).pipe(Effect.provide(system()))))
+})
+
 describe("enqueue: work-pulling", () => {
   it.scoped("resolves with no worker; workers that come later take the backlog", () =>
     quiet(Effect.gen(function*() {

@@ -243,6 +243,29 @@ describe("streams in and out", () => {
       expect(stats.delivered).toBeGreaterThanOrEqual(1000)
     }).pipe(Effect.provide(system()))))
 
+  it.scoped("a 100k-element stream through producer.sink is delivered exactly as one sendAll of the same 100k: same order, same seqs", () =>
+    quiet(Effect.gen(function*() {
+      const total = 100_000
+      const delivered = (name: string) =>
+        Effect.gen(function*() {
+          const consumer = yield* Consumer.make({ name: `${name}-in`, producer: `${name}-out`, payload: Order, window: 1000 })
+          const seen: Array<readonly [number, number]> = []
+          yield* Effect.forkScoped(consumer.run((delivery) => Effect.sync(() => void seen.push([delivery.seq, delivery.payload.id]))))
+          return seen
+        })
+      const viaSink = yield* delivered("sink")
+      const viaSendAll = yield* delivered("all")
+      const sinkProducer = yield* Producer.make({ name: "sink-out", consumer: "sink-in", payload: Order })
+      const allProducer = yield* Producer.make({ name: "all-out", consumer: "all-in", payload: Order })
+      const sent = yield* Effect.fork(Stream.range(0, total - 1).pipe(Stream.map((id) => ({ id })), Stream.run(sinkProducer.sink)))
+      const stored = yield* Effect.fork(allProducer.sendAll(Array.from({ length: total }, (_, id) => ({ payload: { id } }))))
+      yield* advanceUntil(() => viaSink.length === total && viaSendAll.length === total, 10, 60_000)
+      expect(yield* Fiber.join(sent)).toBe(total)
+      expect((yield* Fiber.join(stored)).map((result) => result.seq)).toEqual(viaSendAll.map(([seq]) => seq))
+      expect(viaSink).toEqual(viaSendAll)
+      expect(viaSink.map(([, id]) => id)).toEqual(Array.from({ length: total }, (_, id) => id))
+    }).pipe(Effect.provide(system()))), 120_000)
+
   it.scoped("the message held when a stream stage fails is delivered again", () =>
     quiet(Effect.gen(function*() {
       const producer = yield* Producer.make({ name: "p", consumer: "c", payload: Order })

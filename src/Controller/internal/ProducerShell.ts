@@ -24,6 +24,7 @@ import type { FrameTooLarge, ProducerContractError } from "../../Protocol/Errors
 import type { ReliableDeliveryStage } from "../../Protocol/Failure.js"
 import type { PayloadCodec } from "../../Protocol/PayloadCodec.js"
 import type { ConsumerToProducer, Envelope } from "../../Protocol/WireMessage.js"
+import * as Metrics from "../../Observability/Metrics.js"
 import * as DeadlineTimer from "./DeadlineTimer.js"
 import * as ProducerCalls from "./ProducerCalls.js"
 import type { Handshake } from "./ProducerHandshake.js"
@@ -37,6 +38,8 @@ export interface ProducerHooks {
   readonly stopped: (outcome: StopOutcome) => void
   /** Where the durable lane reports that its backend stopped or started answering. */
   readonly health: HealthReporter
+  /** The endpoint's metrics. */
+  readonly metrics: Metrics.EndpointMetrics
 }
 
 /** Who a controller is: its address (a fresh incarnation) and its session. */
@@ -138,6 +141,14 @@ export interface ShellCounters {
   dropped: number
 }
 
+/** What a producer-side controller counts into the endpoint's counter metrics (its stats' numbers). */
+export interface MetricCounts {
+  readonly sent: () => number
+  readonly resent: () => number
+  readonly confirmed: () => number
+  readonly dropped: () => number
+}
+
 export interface ShellOptions<S, Ev, Act extends { readonly _tag: string }, A> {
   readonly identity: Identity
   readonly system: SystemInternals
@@ -148,6 +159,8 @@ export interface ShellOptions<S, Ev, Act extends { readonly _tag: string }, A> {
   /** How long closing waits for the durable lane to finish what it holds. */
   readonly drainTimeout: Duration.Duration
   readonly counters: ShellCounters
+  /** The controller's counts as its stats report them, added to the counter metrics after each fold. */
+  readonly metricCounts: MetricCounts
   readonly machine: ShellMachine<S, Ev, Act>
   readonly initial: (now: number) => Step<S, Act>
   /** Whether the resolver vouches for a registering controller. */
@@ -183,6 +196,8 @@ export interface ProducerSide<A> {
 
 export interface Shell<S, A> extends ProducerSide<A> {
   readonly state: () => S
+  /** The controller's clock (millis), the one its machine's times come from. */
+  readonly now: () => number
   /** The timer may have a new deadline (e.g. a first audit): wake it if it sleeps for one. */
   readonly wakeTimer: () => void
 }
@@ -265,6 +280,13 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
       laneParts: laneParts<Ev>({ runFork, health: hooks.health, now, dispatch: (event) => void dispatch(event), stop })
     }
     const lane = options.lane?.(context)
+    const counts = options.metricCounts
+    const syncCounters = Metrics.counterSync([
+      [counts.sent, hooks.metrics.sent],
+      [counts.resent, hooks.metrics.resent],
+      [counts.confirmed, hooks.metrics.confirmed],
+      [counts.dropped, hooks.metrics.dropped]
+    ])
 
     const perform = (actions: ReadonlyArray<Act>) => {
       for (const action of actions) {
@@ -276,6 +298,7 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
       const posted = envelopes
       envelopes = undefined
       if (posted !== undefined) system.transport.post(posted)
+      syncCounters()
     }
 
     const dispatch = (event: Ev): ReadonlyArray<Act> => {
@@ -308,6 +331,7 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
       Effect.sync(() => {
         closed = true
         calls.abandon()
+        syncCounters()
       })
     )
 
@@ -346,6 +370,7 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
       handshake: () => machine.handshake(state),
       freeDemand: () => machine.freeDemand(state),
       state: () => state,
+      now,
       wakeTimer: timer.wake,
       drain
     }

@@ -84,6 +84,14 @@ export const oldestTimes = (state: Machine.WorkState): { readonly pending: numbe
   return { pending, unconfirmed }
 }
 
+/** The counts the endpoint's counter metrics take, as `stats` reports them. */
+const metricCountsOf = (counters: Counters): ProducerShell.MetricCounts => ({
+  sent: () => counters.sent + counters.dispatched,
+  resent: () => counters.resent,
+  confirmed: () => counters.confirmed,
+  dropped: () => counters.dropped + counters.fenced
+})
+
 /** What the endpoint's gauges show: the pool's totals over its bound workers. */
 const gaugesOf = (state: Machine.WorkState, now: number): Metrics.FlowGauges => {
   let inFlight = 0
@@ -207,25 +215,13 @@ export const make = <A>(
         const lane = WorkLane.make({
           queue: settings.durableQueue!,
           retry: settings.queueRetry,
-          runFork: context.runFork,
-          health: context.health,
-          metrics: hooks.metrics.queue,
-          completed: (event) => context.dispatch(event(context.now())),
-          failed: (stage, cause, terminal) => {
-            if (terminal) context.dispatch({ _tag: "Fail", stage, cause })
-            else context.stop({ _tag: "Restart", cause })
-          }
+          ...context.laneParts
         })
         return { drain: lane.drain, submit: (action) => lane.submit(action as WorkLane.LaneAction) }
       },
       laneActions,
       perform,
-      metricCounts: {
-        sent: () => counters.sent + counters.dispatched,
-        resent: () => counters.resent,
-        confirmed: () => counters.confirmed,
-        dropped: () => counters.dropped + counters.fenced
-      },
+      metricCounts: metricCountsOf(counters),
       dropped: (reason) => {
         if (reason === "UnverifiedSender") counters.fenced++
         else counters.dropped++

@@ -122,16 +122,17 @@ export const timed = <A, E extends DurableQueueError>(
     onTimeout: () => new QueueBackendError({ operation: stage.toLowerCase(), cause: new Error(`no answer within ${Duration.format(timeout)}`) })
   })
 
-export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
-  const ops: Array<Op> = []
-  let busy = false
-  let deferredBusy = false
-  let dead = false
+/**
+ * Runs one durable operation under the lane's rules: a timeout on every call, retries (a load is
+ * retried for as long as it takes, degraded meanwhile), and on a final failure `gaveUp` then
+ * `failed`.
+ */
+const makeGuard = <Op>(options: RunnerOptions<Op>, gaveUp: () => void): Guard => {
   const health = options.health ?? EndpointHealth.silent
   const timeout = options.retry.timeout ?? DefaultQueueTimeout
   const backoff = backoffSchedule(options.retry.backoff ?? DefaultQueueBackoff)
 
-  /** A load is retried for as long as it takes: after its attempts, under the backoff, degraded meanwhile. */
+  /** After its attempts, under the backoff, degraded meanwhile. */
   const healing = <A>(stage: ReliableDeliveryStage, attempt: Effect.Effect<A, DurableQueueError>) =>
     Effect.catchIf(retrying(options.retry, attempt), retriable, (error) =>
       Effect.zipRight(
@@ -150,7 +151,7 @@ export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
     )
   }
 
-  const guard: Guard = (stage, effect, onDone) => {
+  return (stage, effect, onDone) => {
     const attempt = counted(stage, timed(timeout, stage, effect))
     const guarded = Effect.matchEffect(stage === "Load" ? healing(stage, attempt) : retrying(options.retry, attempt), {
       onSuccess: (value) =>
@@ -160,7 +161,7 @@ export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
         }),
       onFailure: (error) =>
         Effect.sync(() => {
-          dead = true
+          gaveUp()
           const terminal = isTerminal(error)
           if (!terminal) health.degraded(stage, error)
           options.failed(stage, error, terminal)
@@ -169,6 +170,16 @@ export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
     // One span per call, its retries included; a root span, since the lane's fiber outlives any caller's.
     return Tracing.withSpanIfTracing(Tracing.SpanNames.queue, { "effect_reliable.operation": stage.toLowerCase() }, guarded, { root: true })
   }
+}
+
+export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
+  const ops: Array<Op> = []
+  let busy = false
+  let deferredBusy = false
+  let dead = false
+  const guard = makeGuard(options, () => {
+    dead = true
+  })
 
   const idleMs = options.deferredIdleMs ?? 0
   const maxWaitMs = options.deferredMaxWaitMs ?? 1000

@@ -105,8 +105,38 @@ export interface ShellContext<Ev> {
   readonly stop: (outcome: StopOutcome) => void
   /** Queues an envelope; everything queued in one fold goes to the transport together. */
   readonly post: (envelope: Envelope) => void
-  readonly health: HealthReporter
+  /** What a durable lane takes from its controller (the same for both lanes). */
+  readonly laneParts: LaneParts<Ev>
 }
+
+export interface LaneParts<Ev> {
+  readonly runFork: <A, E>(effect: Effect.Effect<A, E>) => Fiber.RuntimeFiber<A, E>
+  readonly health: HealthReporter
+  /** Where the lane counts its queue calls. */
+  readonly metrics: Metrics.QueueMetrics
+  readonly now: () => number
+  /** A durable operation finished; the event goes through the controller's machine. */
+  readonly completed: (event: (now: number) => Ev) => void
+  /** A durable operation failed for good: terminal (the machine fails), or healed by a restart. */
+  readonly failed: (stage: ReliableDeliveryStage, cause: unknown, terminal: boolean) => void
+}
+
+const laneParts = <Ev>(
+  parts: Omit<LaneParts<Ev>, "completed" | "failed"> & {
+    readonly dispatch: (event: Ev) => void
+    readonly stop: (outcome: StopOutcome) => void
+  }
+): LaneParts<Ev> => ({
+  runFork: parts.runFork,
+  health: parts.health,
+  metrics: parts.metrics,
+  now: parts.now,
+  completed: (event) => parts.dispatch(event(parts.now())),
+  failed: (stage, cause, terminal) => {
+    if (terminal) parts.dispatch({ _tag: "Fail", stage, cause } as Ev)
+    else parts.stop({ _tag: "Restart", cause })
+  }
+})
 
 /** Counters every producer-side controller keeps. */
 export interface ShellCounters {
@@ -178,6 +208,64 @@ export interface Shell<S, A> extends ProducerSide<A> {
 const isCommon = (action: { readonly _tag: string }): action is CommonAction => commonTags.has(action._tag)
 const commonTags: ReadonlySet<string> = new Set(["Offer", "Answer", "Completed", "AckRejected", "Verify", "Notify", "Confirmed", "Fail"])
 
+/** What performing the shell's own actions needs. */
+interface CommonParts {
+  readonly hooks: ProducerHooks
+  readonly counters: ShellCounters
+  readonly timer: DeadlineTimer.DeadlineTimer
+  readonly settle: ProducerCalls.Calls<unknown>["settle"]
+  readonly verify: (address: ControllerAddress) => Effect.Effect<boolean>
+  readonly dispatch: (event: ShellEvent) => void
+  readonly now: () => number
+  readonly runFork: <A, E>(effect: Effect.Effect<A, E>) => Fiber.RuntimeFiber<A, E>
+  readonly stop: (outcome: StopOutcome) => void
+}
+
+const performCommon = (action: CommonAction, parts: CommonParts): void => {
+  switch (action._tag) {
+    case "Offer":
+      parts.hooks.offerGrant(action.grant)
+      return parts.timer.wake()
+    case "Answer":
+      return parts.settle(action)
+    case "Verify":
+      return void parts.runFork(Effect.flatMap(parts.verify(action.address), (ok) =>
+        Effect.sync(() => parts.dispatch({ _tag: "Verified", address: action.address, nonce: action.nonce, ok, now: parts.now() }))))
+    case "Notify":
+      parts.counters.confirmed += action.confirmed.length
+      return parts.hooks.notify(action.confirmed)
+    case "Confirmed":
+      parts.counters.confirmed += action.count
+      return
+    case "Fail":
+      return parts.stop({ _tag: "Terminal", stage: action.stage, cause: action.cause })
+    case "Completed":
+    case "AckRejected":
+      return
+  }
+}
+
+/** Adds the controller's counts to the endpoint's counter metrics (after each fold). */
+const counterSync = (counts: MetricCounts, metrics: Metrics.EndpointMetrics) =>
+  Metrics.counterSync([
+    [counts.sent, metrics.sent],
+    [counts.resent, metrics.resent],
+    [counts.confirmed, metrics.confirmed],
+    [counts.dropped, metrics.dropped]
+  ])
+
+/**
+ * Graceful shutdown, before the endpoint closes the controller (not on a respawn or a restart,
+ * which replace it at once): calls are refused from now on (`startClosing`), the store in flight
+ * completes and every confirmation received so far is written, so a clean restart redelivers
+ * nothing that was confirmed.
+ */
+const drainOf = <Act>(lane: Lane<Act> | undefined, drainTimeout: Duration.Duration, finished: () => boolean, startClosing: () => void) =>
+  Effect.suspend(() => {
+    startClosing()
+    return lane === undefined || finished() ? Effect.void : drainWithin(drainTimeout, lane.drain)
+  })
+
 export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
   options: ShellOptions<S, Ev, Act, A>
 ): Effect.Effect<Shell<S, A>, never, Scope.Scope> =>
@@ -213,48 +301,14 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
       dispatch: (event) => void dispatch(event),
       stop,
       post: (envelope) => void (envelopes ??= []).push(envelope),
-      health: hooks.health
+      laneParts: laneParts<Ev>({ runFork, health: hooks.health, metrics: hooks.metrics.queue, now, dispatch: (event) => void dispatch(event), stop })
     }
     const lane = options.lane?.(context)
-    const counts = options.metricCounts
-    const syncCounters = Metrics.counterSync([
-      [counts.sent, hooks.metrics.sent],
-      [counts.resent, hooks.metrics.resent],
-      [counts.confirmed, hooks.metrics.confirmed],
-      [counts.dropped, hooks.metrics.dropped]
-    ])
-
-    const performCommon = (action: CommonAction): boolean => {
-      switch (action._tag) {
-        case "Offer":
-          hooks.offerGrant(action.grant)
-          timer.wake()
-          return true
-        case "Answer":
-          calls.settle(action)
-          return true
-        case "Verify":
-          runFork(Effect.flatMap(options.verify(action.address), (ok) =>
-            Effect.sync(() => dispatch({ _tag: "Verified", address: action.address, nonce: action.nonce, ok, now: now() } as Ev))))
-          return true
-        case "Notify":
-          counters.confirmed += action.confirmed.length
-          hooks.notify(action.confirmed)
-          return true
-        case "Confirmed":
-          counters.confirmed += action.count
-          return true
-        case "Fail":
-          stop({ _tag: "Terminal", stage: action.stage, cause: action.cause })
-          return true
-        default:
-          return true
-      }
-    }
+    const syncCounters = counterSync(options.metricCounts, hooks.metrics)
 
     const perform = (actions: ReadonlyArray<Act>) => {
       for (const action of actions) {
-        if (isCommon(action)) performCommon(action)
+        if (isCommon(action)) performCommon(action, common)
         else if (action._tag === "Dropped") options.dropped((action as unknown as { readonly reason: string }).reason)
         else if (options.laneActions.has(action._tag)) lane?.submit(action)
         else if (!options.perform(action, context)) break
@@ -287,6 +341,7 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
       snapshot: options.snapshot,
       dispatch: (event) => dispatch(event as Ev)
     })
+    const common: CommonParts = { hooks, counters, timer, settle: calls.settle, verify: options.verify, dispatch: (event) => void dispatch(event as Ev), now, runFork, stop }
     // Closing the scope ends the controller and releases every waiting caller. A call made after
     // that (a fiber that took this controller's grant just before the respawn) must be refused at
     // once: folded, it would start a store no fiber runs any more and wait for it forever.
@@ -298,16 +353,7 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
       })
     )
 
-    /**
-     * Graceful shutdown, before the endpoint closes the controller (not on a respawn or a
-     * restart, which replace it at once): calls are refused from now on, the store in flight
-     * completes and every confirmation received so far is written, so a clean restart
-     * redelivers nothing that was confirmed.
-     */
-    const drain = Effect.suspend(() => {
-      closing = true
-      return lane === undefined || finished() ? Effect.void : drainWithin(options.drainTimeout, lane.drain)
-    })
+    const drain = drainOf(lane, options.drainTimeout, finished, () => void (closing = true))
 
     const started = options.initial(now())
     state = started.state

@@ -52,6 +52,22 @@ describe("healing", () => {
       expect(yield* Queue.size(failures)).toBe(0)
     }).pipe(Effect.provide(system())))
 
+  it.scoped("a call that times out makes the endpoint degraded at once, not only after its retries", () =>
+    Effect.gen(function*() {
+      const { events, producer, seen, watched } = yield* flow({ fused: true })
+      yield* producer.send({ id: 1 })
+      yield* advanceUntil(() => seen.length === 1, 50, 5_000)
+      watched.delay("storeAccepted", 3_600_000)
+      yield* Effect.fork(producer.send({ id: 2 }))
+      // One timeout (5 s), far from the three attempts (15 s) after which the controller restarts.
+      yield* advanceUntil(() => false, 100, 5_500).pipe(Effect.ignore)
+      expect((yield* producer.stats).degraded).toBe(true)
+      expect(yield* events).toEqual(["ReliableDegraded"])
+      watched.delay("storeAccepted", 0)
+      yield* advanceUntil(() => seen.includes(2), 100, 30_000)
+      expect(yield* events).toEqual(["ReliableRecovered"])
+    }).pipe(Effect.provide(system())))
+
   it.scoped("a reload that keeps failing is retried with a capped backoff: about one second apart at most", () =>
     Effect.gen(function*() {
       const { events, loads, producer, seen, watched } = yield* flow()

@@ -258,7 +258,12 @@ const sender = <A>(
 }
 
 /** `enqueue` and `enqueueAll`: into the backlog, group-committed; refused without a durable queue. */
-const enqueuer = <A>(endpoint: string, codec: PayloadCodec<A>, backlog: Backlog | undefined, closed: () => boolean) => {
+const enqueuer = <A>(
+  endpoint: string,
+  codec: PayloadCodec<A>,
+  backlog: Backlog | undefined,
+  closed: () => boolean
+) => {
   // A binary payload is copied: the queue keeps it, and the caller may reuse its array.
   const encodeKept = encoder(endpoint, codec, (bytes) => bytes.slice())
   const spanAttributes = { "effect_reliable.endpoint": endpoint }

@@ -111,15 +111,19 @@ export const refusable = <A, E extends DurableQueueError>(effect: Effect.Effect<
 export const backoffSchedule = (backoff: NonNullable<QueueRetryPolicy["backoff"]>): Schedule.Schedule<unknown> =>
   Schedule.exponential(backoff.initial).pipe(Schedule.union(Schedule.spaced(backoff.max)))
 
-/** A call without an answer in time is backend trouble, like a refused connection. */
+/**
+ * A call without an answer in time is backend trouble, like a refused connection; `onTimeout`
+ * hears of it before the error goes on to the retries.
+ */
 export const timed = <A, E extends DurableQueueError>(
   timeout: Duration.Duration,
   stage: ReliableDeliveryStage,
-  effect: Effect.Effect<A, E>
+  effect: Effect.Effect<A, E>,
+  onTimeout: (error: QueueBackendError) => void = () => {}
 ): Effect.Effect<A, E | QueueBackendError> =>
-  Effect.timeoutFail(effect, {
-    duration: timeout,
-    onTimeout: () => new QueueBackendError({ operation: stage.toLowerCase(), cause: new Error(`no answer within ${Duration.format(timeout)}`) })
+  Effect.catchTag(Effect.timeout(effect, timeout), "TimeoutException", () => {
+    const error = new QueueBackendError({ operation: stage.toLowerCase(), cause: new Error(`no answer within ${Duration.format(timeout)}`) })
+    return Effect.zipRight(Effect.sync(() => onTimeout(error)), Effect.fail(error))
   })
 
 /**
@@ -152,7 +156,9 @@ const makeGuard = <Op>(options: RunnerOptions<Op>, gaveUp: () => void): Guard =>
   }
 
   return (stage, effect, onDone) => {
-    const attempt = counted(stage, timed(timeout, stage, effect))
+    // A backend silent for a whole timeout is an outage already: the endpoint is degraded from
+    // the first timeout, not only once the call's retries (each as long again) are spent.
+    const attempt = counted(stage, timed(timeout, stage, effect, (error) => health.degraded(stage, error)))
     const guarded = Effect.matchEffect(stage === "Load" ? healing(stage, attempt) : retrying(options.retry, attempt), {
       onSuccess: (value) =>
         Effect.sync(() => {

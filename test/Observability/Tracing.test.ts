@@ -108,6 +108,10 @@ describe("traces across the wire", () => {
       // Two deliveries under the one send: the stalled consumer's, and the reloaded one confirmed.
       const delivers = expectChains(exporter, ["kept"])
       expect(delivers.length).toBe(2)
+      // Each start of a controller, and every call on the durable queue, has its span.
+      expect(named(exporter, SpanNames.restart).length).toBeGreaterThanOrEqual(4)
+      const operations = new Set(named(exporter, SpanNames.queue).map((span) => span.attributes["effect_reliable.operation"]))
+      expect([...operations]).toEqual(expect.arrayContaining(["load", "store"]))
     }).pipe(Effect.provide(memorySystem()), Effect.provide(tracing(exporter)))
   })
 })

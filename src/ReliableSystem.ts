@@ -154,7 +154,11 @@ export const layer = (options: ReliableSystemOptions = {}): Layer.Layer<Reliable
 export const layerConfig = (
   config: Config.Config.Wrap<ReliableSystemOptions>
 ): Layer.Layer<ReliableSystem, ConfigError.ConfigError | ReliableConfigError, Transport> =>
-  Layer.unwrapEffect(Effect.map(Config.unwrap(config), layer))
+  Layer.unwrapEffect(Effect.map(readOptions(config), layer))
+
+// Effect's `Config.unwrap` throws on an empty object; here an empty one means the defaults.
+const readOptions = (config: Config.Config.Wrap<ReliableSystemOptions>): Effect.Effect<ReliableSystemOptions, ConfigError.ConfigError> =>
+  !Config.isConfig(config) && Object.keys(config).length === 0 ? Effect.succeed({}) : Config.unwrap(config)
 
 /** A cluster member on the registry and transport provided (see `makeCluster`). */
 export const layerCluster = <R = never>(

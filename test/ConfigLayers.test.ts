@@ -24,6 +24,12 @@ describe("ReliableSystem.layerConfig", () => {
       expect(system.node).toBe("memory")
     }))
 
+  it.scoped("an empty config builds a system with the defaults", () =>
+    Effect.gen(function*() {
+      const layer = ReliableSystem.layerConfig({}).pipe(Layer.provide(Layer.merge(MemoryTransport.layerMemory, withEnvironment({}))))
+      expect(Context.get(yield* Layer.build(layer), ReliableSystem.ReliableSystem).node).toBe("memory")
+    }))
+
   it.scoped("a value Config cannot read is a ConfigError; one the system refuses is a ReliableConfigError", () =>
     Effect.gen(function*() {
       expect((yield* Effect.flip(build({})))._tag).toBe("ConfigError")

@@ -126,6 +126,17 @@ describePostgres(probe, "database outages (PostgreSQL behind a proxy, live clock
         expect(resumeMs).toBeLessThan(2_000)
       })), 90_000)
 
+  it.live("a 12 s blackhole with a 1 s queue timeout: the stores time out, the reloads hang and time out too, and are retried", () =>
+    proxied((proxy, client) =>
+      Effect.gen(function*() {
+        const { flow } = yield* OutageFlow.workPulling(client, tablePrefix, { queueTimeout: "1 second" })
+        const outage: Outage = { begin: proxy.blackhole, end: proxy.heal, lastsMs: 12_000 }
+        const { outageAt, resumeMs } = yield* throughOutage(flow, outage, { count: 3 })
+        yield* report("12 s blackhole (queueTimeout 1 s), work-pulling", resumeMs)
+        expect(OutageFlow.check(flow, outageAt)).toBeUndefined()
+        expect(resumeMs).toBeLessThan(2_000)
+      })), 90_000)
+
   it.live("after an outage, a message another process writes into the backlog is signalled at once, not found by the next poll", () =>
     proxied((proxy, client) =>
       Effect.gen(function*() {

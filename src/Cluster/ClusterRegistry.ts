@@ -13,7 +13,8 @@
  *   at most one record; a claim succeeds on a free name or over a record that is not live, and is
  *   refused (`Taken`) while a live record holds the name.
  * - Every ownership change bumps the record's `generation`; the conditional operations (`adopt`,
- *   `reclaim`, `release`, `takeOver`) name the generation they expect and do nothing otherwise.
+ *   `reclaim`, `abandon`, `release`, `takeOver`) name the generation they expect and do nothing
+ *   otherwise.
  * - A record with a `factory` is relocatable: when it is not live, `takeOver` moves it to another
  *   node, unstarted (`kind` undefined) until that node's factory `adopt`s it. Of concurrent
  *   `takeOver`s of one record, exactly one succeeds.
@@ -45,6 +46,7 @@ export interface ClusterRecord {
   /** The relocatable factory key; undefined for endpoints pinned to their node. */
   readonly factory: string | undefined
   readonly node: string
+  /** Empty once the record was abandoned: no incarnation is empty, so it is an orphan. */
   readonly nodeIncarnation: string
   /** Bumped by every ownership change: the fencing token of conditional writes. */
   readonly generation: number
@@ -105,6 +107,12 @@ export interface ClusterRegistryService {
     node: string,
     incarnation: string
   ) => Effect.Effect<Option.Option<number>, ClusterRegistryError>
+  /**
+   * Gives a relocatable record still at `generation` up: it names no node incarnation any more,
+   * so it is an orphan at once and a survivor takes it over (its node stopped the endpoint for a
+   * reason a move cures); the new generation, or none.
+   */
+  readonly abandon: (name: string, generation: number) => Effect.Effect<Option.Option<number>, ClusterRegistryError>
   /** Deletes the record if it is still at `generation` (the endpoint was closed on purpose). */
   readonly release: (name: string, generation: number) => Effect.Effect<void, ClusterRegistryError>
   /** The record of `name` if it is live and started. */

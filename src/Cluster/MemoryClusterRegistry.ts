@@ -103,6 +103,8 @@ export const makeWith = (clock: Clock.Clock): ClusterRegistryService => {
       }),
     reclaim: (name, generation, node, incarnation) =>
       Effect.sync(() => moveIn(state, name, generation, (record) => record.node === node, { nodeIncarnation: incarnation })),
+    abandon: (name, generation) =>
+      Effect.sync(() => moveIn(state, name, generation, (record) => record.factory !== undefined, { nodeIncarnation: "" })),
     release: (name, generation) =>
       Effect.sync(() => {
         if (state.records.get(name)?.generation === generation) state.records.delete(name)

@@ -176,6 +176,11 @@ const records = (t: Tables) => ({
       SET node_incarnation = ${incarnation}, generation = generation + 1, updated_at = now()
       WHERE name = ${name} AND generation = ${generation} AND node = ${node}
       RETURNING generation`.pipe(Effect.map(firstGeneration)),
+  abandon: (name: string, generation: number) =>
+    t.sql<{ readonly generation: number | string }>`UPDATE ${t.endpoints}
+      SET node_incarnation = '', generation = generation + 1, updated_at = now()
+      WHERE name = ${name} AND generation = ${generation} AND factory IS NOT NULL
+      RETURNING generation`.pipe(Effect.map(firstGeneration)),
   release: (name: string, generation: number) =>
     t.sql`DELETE FROM ${t.endpoints} WHERE name = ${name} AND generation = ${generation}`.pipe(Effect.asVoid),
   resolve: (name: string) =>
@@ -236,6 +241,7 @@ export const makePg = (
       claim: (request) => wrap("claim")(claim(t, request)),
       adopt: (request) => wrap("adopt")(r.adopt(request)),
       reclaim: (name, generation, node, incarnation) => wrap("reclaim")(r.reclaim(name, generation, node, incarnation)),
+      abandon: (name, generation) => wrap("abandon")(r.abandon(name, generation)),
       release: (name, generation) => wrap("release")(r.release(name, generation)),
       resolve: (name) => wrap("resolve")(r.resolve(name)),
       get: (name) => wrap("get")(r.get(name)),

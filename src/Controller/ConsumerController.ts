@@ -14,6 +14,7 @@ import { PayloadDecodeError } from "../Protocol/Errors.js"
 import type { PayloadCodec } from "../Protocol/PayloadCodec.js"
 import type { Envelope } from "../Protocol/WireMessage.js"
 import type { SystemInternals } from "../internal/SystemInternals.js"
+import * as Metrics from "../Observability/Metrics.js"
 import * as Machine from "./ConsumerMachine.js"
 import { ControllerDelivery } from "./internal/ControllerDelivery.js"
 import type { DeliveryOwner } from "./internal/ControllerDelivery.js"
@@ -48,6 +49,8 @@ export interface ConsumerHooks<A> {
   /** A delivery handed out was confirmed or given back, once (a shutdown may be waiting for it). */
   readonly settled: () => void
   readonly stopped: (outcome: StopOutcome) => void
+  /** The endpoint's metrics. */
+  readonly metrics: Metrics.EndpointMetrics
 }
 
 export interface ConsumerStats {
@@ -102,6 +105,12 @@ export const make = <A>(
     const runFork = yield* FiberSet.makeRuntime<never>()
     const now = () => clock.unsafeCurrentTimeMillis()
     const counters = { delivered: 0, redelivered: 0, registrations: 0, dropped: 0 }
+    const syncCounters = Metrics.counterSync([
+      [() => counters.delivered, hooks.metrics.delivered],
+      [() => counters.redelivered, hooks.metrics.redelivered],
+      [() => counters.dropped, hooks.metrics.dropped]
+    ])
+    yield* Effect.addFinalizer(() => Effect.sync(syncCounters))
     let stopped = false
     let state: Machine.ConsumerState
 
@@ -123,7 +132,7 @@ export const make = <A>(
         dispatch({ _tag: "Settle", id: inFlight.id, outcome: { _tag: "DeadLettered", attempts: 0, error: errorText(cause) }, now: now() })
         return
       }
-      hooks.deliver(new ControllerDelivery(inFlight.messageId, inFlight.seq, decoded.right, inFlight.attempt, owner, inFlight.id))
+      hooks.deliver(new ControllerDelivery(inFlight.messageId, inFlight.seq, decoded.right, inFlight.attempt, owner, inFlight.id, inFlight.trace))
     }
 
     const owner: DeliveryOwner = {
@@ -158,6 +167,7 @@ export const make = <A>(
         }
       }
       if (envelopes !== undefined) system.transport.post(envelopes)
+      syncCounters()
     }
 
     const dispatch = (event: Machine.ConsumerEvent) => {

@@ -16,7 +16,9 @@ import type { DurableProducerQueueService, QueueEpoch, StoreOptions, StoreReques
 import type { DurableQueueError } from "../DurableQueue/QueueErrors.js"
 import type { HealthReporter } from "../internal/EndpointHealth.js"
 import * as LaneRunner from "./internal/LaneRunner.js"
+import * as LaneStores from "./internal/LaneStores.js"
 import type { ProducerAction, ProducerEvent } from "./ProducerMachine.js"
+import type { QueueMetrics } from "../Observability/Metrics.js"
 
 export type QueueRetryPolicy = LaneRunner.QueueRetryPolicy
 
@@ -28,6 +30,8 @@ export interface DurableLaneOptions {
   readonly runFork: <A, E>(effect: Effect.Effect<A, E>) => Fiber.RuntimeFiber<A, E>
   /** Told when the queue stops and starts answering. */
   readonly health?: HealthReporter | undefined
+  /** Counts the queue calls' attempts and failures. */
+  readonly metrics?: QueueMetrics | undefined
   /** A durable operation finished; the event goes through the controller's machine. */
   readonly completed: (event: (now: number) => ProducerEvent) => void
   /** A durable operation failed for good: terminal, or to be healed by a controller restart. */
@@ -88,61 +92,14 @@ export const make = (options: DurableLaneOptions): DurableLane => {
   const acceptAll = (messageIds: ReadonlyArray<string>) =>
     messageIds.length === 1 ? queue.accept(epoch, messageIds[0]) : queue.acceptBatch(epoch, messageIds)
 
-  const storeCompleted = (action: StoreAction, results: ReadonlyArray<StoreResult>, retried: boolean) =>
-    options.completed((now) => ({ _tag: "StoreCompleted", token: action.token, results, retried, now }))
+  const stores = LaneStores.make<StoreItem, StoreResult>({ storeAll, acceptAll, completed: options.completed })
 
-  const storeRejected = (action: StoreAction, refusal: LaneRunner.Refusal) =>
-    options.completed((now) => ({
-      _tag: "StoreRejected",
-      token: action.token,
-      messageId: action.items.length === 1 ? action.items[0].messageId : undefined,
-      cause: refusal.cause,
-      now
-    }))
-
-  /** Without `storeAccepted`: the store, then the accept, each under its own retries. */
-  const storeThenAccept = (action: StoreAction, guard: LaneRunner.Guard): Effect.Effect<void> => {
-    let stored: ReadonlyArray<StoreResult> | undefined
-    return Effect.zipRight(
-      guard("Store", LaneRunner.refusable(storeAll(action.items)), (results) => {
-        if (results instanceof LaneRunner.Refusal) storeRejected(action, results)
-        else stored = results
-      }),
-      Effect.suspend(() => {
-        const results = stored
-        if (results === undefined) return Effect.void // failed: the lane has reported it
-        return guard("Accept", acceptAll(action.items.map((item) => item.messageId)), () => storeCompleted(action, results, false))
-      })
-    )
-  }
-
-  /**
-   * One transaction. A retry after a failure may find the first attempt committed (its answer
-   * lost): `retried` tells the machine that `accepted` may then be this store's own doing.
-   */
+  /** One transaction, unless a message is chunked or an id was first stored as a chunked batch. */
   const storeAccepted = (action: StoreAction, guard: LaneRunner.Guard): Effect.Effect<void> => {
     const fused = queue.storeAccepted
-    if (fused === undefined || action.items.some((item) => item.chunks.length > 1)) return storeThenAccept(action, guard)
-    let retried = false
-    let chunked = false
-    const attempt = fused(epoch, action.items.map(wholeRequest)).pipe(
-      Effect.tapError(() =>
-        Effect.sync(() => {
-          retried = true
-        })
-      ),
-      // An id stored as a chunked batch earlier: recover it through the one-by-one store.
-      Effect.catchTag("QueueChunkedBatch", () => Effect.succeed(undefined)),
-      LaneRunner.refusable
-    )
-    return Effect.zipRight(
-      guard("Store", attempt, (results) => {
-        if (results === undefined) chunked = true
-        else if (results instanceof LaneRunner.Refusal) storeRejected(action, results)
-        else storeCompleted(action, results, retried)
-      }),
-      Effect.suspend(() => chunked ? storeThenAccept(action, guard) : Effect.void)
-    )
+    if (fused === undefined || action.items.some((item) => item.chunks.length > 1)) return stores.storeThenAccept(action, guard)
+    const attempt = Effect.catchTag(fused(epoch, action.items.map(wholeRequest)), "QueueChunkedBatch", () => Effect.succeed(undefined))
+    return stores.storeAccepted(action, attempt, guard)
   }
 
   const run = (action: LaneAction, guard: LaneRunner.Guard): Effect.Effect<void> => {
@@ -153,9 +110,7 @@ export const make = (options: DurableLaneOptions): DurableLane => {
           options.completed((now) => ({ _tag: "Loaded", state: loaded.state, now }))
         })
       case "Store":
-        if (action.accept) return storeAccepted(action, guard)
-        return guard("Store", LaneRunner.refusable(storeAll(action.items)), (results) =>
-          results instanceof LaneRunner.Refusal ? storeRejected(action, results) : storeCompleted(action, results, false))
+        return action.accept ? storeAccepted(action, guard) : stores.store(action, guard)
       case "Accept":
         return guard(
           "Accept",
@@ -176,6 +131,7 @@ export const make = (options: DurableLaneOptions): DurableLane => {
   const runner = LaneRunner.make<LaneAction>({
     retry: options.retry,
     runFork: options.runFork,
+    metrics: options.metrics,
     failed: options.failed,
     health: options.health,
     run,

@@ -20,6 +20,7 @@ import type * as ProducerCalls from "./internal/ProducerCalls.js"
 import * as ProducerShell from "./internal/ProducerShell.js"
 import type { SeqLog } from "./internal/SeqLog.js"
 import * as SnapshotPool from "./internal/SnapshotPool.js"
+import type * as Metrics from "../Observability/Metrics.js"
 import * as Machine from "./ProducerMachine.js"
 
 export interface ProducerSettings {
@@ -51,6 +52,11 @@ export interface ControllerStats {
   readonly confirmed: number
   /** Inputs ignored as stale, unbound or unverified. */
   readonly dropped: number
+  /**
+   * The lag: how long ago the oldest message sent and not yet confirmed was sent or enqueued
+   * (milliseconds; 0 when every message is confirmed).
+   */
+  readonly oldestUnconfirmedAgeMillis: number
 }
 
 export interface ProducerStats extends ControllerStats {
@@ -63,7 +69,12 @@ export interface ProducerStats extends ControllerStats {
 
 export interface ProducerController<A> extends ProducerShell.ProducerSide<A> {
   readonly stats: () => ControllerStats
+  /** What the endpoint's gauges show (sampled). */
+  readonly gauges: () => Metrics.FlowGauges
 }
+
+/** How long ago `at` was (milliseconds; 0 for nothing, and never negative across clocks). */
+export const ageOf = (at: number | undefined, now: number): number => at === undefined ? 0 : Math.max(0, now - at)
 
 /** Accepts a registering controller only if it is the live consumer controller configured for us. */
 export const verifyConsumer = (record: EndpointRecord | undefined, producer: string, sender: ControllerAddress): boolean =>
@@ -130,6 +141,7 @@ export const make = <A>(
     // binding) leaves an earlier envelope that may still be in flight when its message is confirmed.
     let highestSent = 0
     const counters = { sent: 0, resent: 0, confirmed: 0, dropped: 0 }
+    const clock = yield* Effect.clock
 
     /**
      * The first `count` entries were just confirmed: their messages' snapshots go back to the pool.
@@ -142,6 +154,15 @@ export const make = <A>(
       for (let index = 0; index < count; index++) {
         const message = confirmed.at(index)!.message
         if (message.chunk?.last === true) pool.release(message.payload)
+      }
+    }
+
+    /** The first `count` entries were just confirmed: each message's time from its send to now. */
+    const observeConfirmed = (confirmed: SeqLog<Machine.OutboundEntry>, count: number) => {
+      const now = clock.unsafeCurrentTimeMillis()
+      for (let index = 0; index < count; index++) {
+        const entry = confirmed.at(index)!
+        if (entry.message.chunk === undefined || entry.message.chunk.last) hooks.metrics.endToEndLatency.observe(Math.max(0, now - entry.at))
       }
     }
 
@@ -182,25 +203,45 @@ export const make = <A>(
         const lane = DurableLane.make({
           queue: settings.durableQueue!,
           retry: settings.queueRetry,
-          runFork: context.runFork,
-          health: context.health,
-          completed: (event) => context.dispatch(event(context.now())),
-          failed: (stage, cause, terminal) => {
-            if (terminal) context.dispatch({ _tag: "Fail", stage, cause })
-            else context.stop({ _tag: "Restart", cause })
-          },
-          now: context.now
+          ...context.laneParts,
+          metrics: hooks.metrics.queue
         })
         return { drain: lane.drain, submit: (action) => lane.submit(action as DurableLane.LaneAction) }
       },
       laneActions,
       perform: (action, context) => action._tag === "Send" || action._tag === "Resend" ? send(action, context) : true,
       dropped: () => void counters.dropped++,
-      afterStep: pool === undefined ? undefined : (before, after) => {
-        if (after.confirmedSeq > before.confirmedSeq) recycle(pool, before.unconfirmed, after.confirmedSeq - before.confirmedSeq)
+      metricCounts: {
+        sent: () => counters.sent,
+        resent: () => counters.resent,
+        confirmed: () => counters.confirmed,
+        dropped: () => counters.dropped
+      },
+      afterStep: (before, after) => {
+        if (after.confirmedSeq <= before.confirmedSeq) return
+        const count = after.confirmedSeq - before.confirmedSeq
+        observeConfirmed(before.unconfirmed, count)
+        if (pool !== undefined) recycle(pool, before.unconfirmed, count)
       },
       snapshot: pool?.copy,
       refuse: frameFit?.produced
     })
-    return { ...shell, stats: () => ({ ...counters }) }
+    const oldestUnconfirmedAgeMillis = () => ageOf(shell.state().unconfirmed.at(0)?.at, shell.now())
+    return {
+      ...shell,
+      stats: () => ({ ...counters, oldestUnconfirmedAgeMillis: oldestUnconfirmedAgeMillis() }),
+      gauges: () => {
+        const state = shell.state()
+        const inFlight = state.sentUpTo - state.confirmedSeq
+        return {
+          inFlight,
+          freeDemand: shell.freeDemand(),
+          // Emitted beyond the consumer's demand: stored, waiting to be sent.
+          pending: state.unconfirmed.length - inFlight,
+          workers: 0,
+          oldestUnconfirmedAgeMillis: oldestUnconfirmedAgeMillis(),
+          oldestPendingAgeMillis: 0
+        }
+      }
+    }
   })

@@ -20,7 +20,9 @@ import type { QueueEpoch, StoreRequest } from "../DurableQueue/DurableProducerQu
 import type { DurableWorkQueueService, FailureRequest, WorkStoreResult } from "../DurableQueue/DurableWorkQueue.js"
 import type { HealthReporter } from "../internal/EndpointHealth.js"
 import * as LaneRunner from "./internal/LaneRunner.js"
+import * as LaneStores from "./internal/LaneStores.js"
 import type { WorkAction, WorkEvent } from "./WorkPullingMachine.js"
+import type { QueueMetrics } from "../Observability/Metrics.js"
 
 export type LaneAction = Extract<WorkAction, { readonly _tag: "Load" | "Store" | "Accept" | "ConfirmJobs" | "RecordFailure" | "DeadLetter" }>
 type StoreAction = Extract<WorkAction, { readonly _tag: "Store" }>
@@ -33,6 +35,8 @@ export interface WorkLaneOptions {
   readonly runFork: <A, E>(effect: Effect.Effect<A, E>) => Fiber.RuntimeFiber<A, E>
   /** Told when the queue stops and starts answering. */
   readonly health?: HealthReporter | undefined
+  /** Counts the queue calls' attempts and failures. */
+  readonly metrics?: QueueMetrics | undefined
   /** A durable operation finished; the event goes through the controller's machine. */
   readonly completed: (event: (now: number) => WorkEvent) => void
   /** A durable operation failed for good: terminal, or to be healed by a controller restart. */
@@ -72,43 +76,11 @@ export const make = (options: WorkLaneOptions): WorkLane => {
   const acceptAll = (messageIds: ReadonlyArray<string>) =>
     messageIds.length === 1 ? queue.accept(epoch, messageIds[0]) : queue.acceptBatch(epoch, messageIds)
 
-  const storeCompleted = (action: StoreAction, results: ReadonlyArray<WorkStoreResult>, retried: boolean) =>
-    options.completed((now) => ({ _tag: "StoreCompleted", token: action.token, results, retried, now }))
+  const stores = LaneStores.make<StoreRequest, WorkStoreResult>({ storeAll, acceptAll, completed: options.completed })
 
-  const storeRejected = (action: StoreAction, refusal: LaneRunner.Refusal) =>
-    options.completed((now) => ({
-      _tag: "StoreRejected",
-      token: action.token,
-      messageId: action.items.length === 1 ? action.items[0].messageId : undefined,
-      cause: refusal.cause,
-      now
-    }))
-
-  /** Stores and accepts: one transaction, or the store then the accept without `storeAccepted`. */
   const storeAccepted = (action: StoreAction, guard: LaneRunner.Guard): Effect.Effect<void> => {
     const fused = queue.storeAccepted
-    if (fused === undefined) {
-      let stored: ReadonlyArray<WorkStoreResult> | undefined
-      return Effect.zipRight(
-        guard("Store", LaneRunner.refusable(storeAll(action.items)), (results) => {
-          if (results instanceof LaneRunner.Refusal) storeRejected(action, results)
-          else stored = results
-        }),
-        Effect.suspend(() => {
-          const results = stored
-          if (results === undefined) return Effect.void // failed: the lane has reported it
-          return guard("Accept", acceptAll(action.items.map((item) => item.messageId)), () => storeCompleted(action, results, false))
-        })
-      )
-    }
-    // A retry may find the first attempt committed: `accepted` may then be this store's own.
-    let retried = false
-    const attempt = Effect.tapError(fused(epoch, action.items), () =>
-      Effect.sync(() => {
-        retried = true
-      }))
-    return guard("Store", LaneRunner.refusable(attempt), (results) =>
-      results instanceof LaneRunner.Refusal ? storeRejected(action, results) : storeCompleted(action, results, retried))
+    return fused === undefined ? stores.storeThenAccept(action, guard) : stores.storeAccepted(action, fused(epoch, action.items), guard)
   }
 
   const run = (action: LaneOp, guard: LaneRunner.Guard): Effect.Effect<void> => {
@@ -119,9 +91,7 @@ export const make = (options: WorkLaneOptions): WorkLane => {
           options.completed((now) => ({ _tag: "Loaded", state: loaded.state, now }))
         })
       case "Store":
-        if (action.accept) return storeAccepted(action, guard)
-        return guard("Store", LaneRunner.refusable(storeAll(action.items)), (results) =>
-          results instanceof LaneRunner.Refusal ? storeRejected(action, results) : storeCompleted(action, results, false))
+        return action.accept ? storeAccepted(action, guard) : stores.store(action, guard)
       case "Accept":
         return guard(
           "Accept",
@@ -167,6 +137,7 @@ export const make = (options: WorkLaneOptions): WorkLane => {
   const runner = LaneRunner.make<LaneOp>({
     retry: options.retry,
     runFork: options.runFork,
+    metrics: options.metrics,
     failed: options.failed,
     health: options.health,
     run,

@@ -14,7 +14,9 @@ import type { SystemInternals } from "../internal/SystemInternals.js"
 import type { DurableWorkQueueService } from "../DurableQueue/DurableWorkQueue.js"
 import type { QueueRetryPolicy } from "./internal/LaneRunner.js"
 import * as ProducerShell from "./internal/ProducerShell.js"
+import { ageOf } from "./ProducerController.js"
 import type { ProducerController, ProducerHooks } from "./ProducerController.js"
+import type * as Metrics from "../Observability/Metrics.js"
 import * as WorkLane from "./WorkLane.js"
 import type { WorkPullingStats } from "./WorkPullingStats.js"
 import * as Machine from "./WorkPullingMachine.js"
@@ -66,7 +68,51 @@ const newCounters = () => ({
 
 type Counters = ReturnType<typeof newCounters>
 
-const statsOf = (state: Machine.WorkState, counters: Counters): WorkPullingStats => ({
+/** The earliest send time of the jobs in the pool, and of the jobs workers hold (undefined: none). */
+export const oldestTimes = (state: Machine.WorkState): { readonly pending: number | undefined; readonly unconfirmed: number | undefined } => {
+  // The pool is in dispatch order, not age order (a requeued job goes back to its head).
+  let pending: number | undefined
+  for (let index = 0; index < state.pool.length; index++) {
+    const at = state.pool.at(index)!.at
+    if (pending === undefined || at < pending) pending = at
+  }
+  let unconfirmed: number | undefined
+  for (const binding of state.bindings) {
+    const at = binding.unconfirmed.at(0)?.job.at
+    if (at !== undefined && (unconfirmed === undefined || at < unconfirmed)) unconfirmed = at
+  }
+  return { pending, unconfirmed }
+}
+
+/** What the endpoint's gauges show: the pool's totals over its bound workers. */
+const gaugesOf = (state: Machine.WorkState, now: number): Metrics.FlowGauges => {
+  let inFlight = 0
+  let freeDemand = 0
+  for (const binding of state.bindings) {
+    inFlight += binding.unconfirmed.length - binding.settled.size
+    freeDemand += Machine.freeDemand(binding)
+  }
+  const oldest = oldestTimes(state)
+  return {
+    inFlight,
+    freeDemand,
+    pending: state.pool.length,
+    workers: state.bindings.length,
+    oldestUnconfirmedAgeMillis: ageOf(oldest.unconfirmed, now),
+    oldestPendingAgeMillis: ageOf(oldest.pending, now)
+  }
+}
+
+const statsOf = (state: Machine.WorkState, counters: Counters, now: number): WorkPullingStats => {
+  const oldest = oldestTimes(state)
+  return {
+    ...countsOf(state, counters),
+    oldestPendingAgeMillis: ageOf(oldest.pending, now),
+    oldestUnconfirmedAgeMillis: ageOf(oldest.unconfirmed, now)
+  }
+}
+
+const countsOf = (state: Machine.WorkState, counters: Counters) => ({
   workers: state.bindings.length,
   pending: state.pool.length,
   perWorker: state.bindings.map((binding) => ({
@@ -161,18 +207,19 @@ export const make = <A>(
         const lane = WorkLane.make({
           queue: settings.durableQueue!,
           retry: settings.queueRetry,
-          runFork: context.runFork,
-          health: context.health,
-          completed: (event) => context.dispatch(event(context.now())),
-          failed: (stage, cause, terminal) => {
-            if (terminal) context.dispatch({ _tag: "Fail", stage, cause })
-            else context.stop({ _tag: "Restart", cause })
-          }
+          ...context.laneParts,
+          metrics: hooks.metrics.queue
         })
         return { drain: lane.drain, submit: (action) => lane.submit(action as WorkLane.LaneAction) }
       },
       laneActions,
       perform,
+      metricCounts: {
+        sent: () => counters.sent + counters.dispatched,
+        resent: () => counters.resent,
+        confirmed: () => counters.confirmed,
+        dropped: () => counters.dropped + counters.fenced
+      },
       dropped: (reason) => {
         if (reason === "UnverifiedSender") counters.fenced++
         else counters.dropped++
@@ -189,8 +236,10 @@ export const make = <A>(
         sent: counters.sent + counters.dispatched,
         resent: counters.resent,
         confirmed: counters.confirmed,
-        dropped: counters.dropped + counters.fenced
+        dropped: counters.dropped + counters.fenced,
+        oldestUnconfirmedAgeMillis: ageOf(oldestTimes(shell.state()).unconfirmed, shell.now())
       }),
-      workStats: () => statsOf(shell.state(), counters)
+      workStats: () => statsOf(shell.state(), counters, shell.now()),
+      gauges: () => gaugesOf(shell.state(), shell.now())
     }
   })

@@ -3,14 +3,17 @@
  * endpoint scope; a terminal stop publishes one `ReliableDeliveryFailed` and leaves the endpoint
  * waiting for `respawn`; a restart request (retriable durable trouble) replaces the controller at
  * once; `respawn` always starts a fresh one. On a clustered system the endpoint also holds its
- * name cluster-wide: losing it to another node fences the controller (one terminal event), and a
- * respawn first takes the name back, or publishes why it cannot.
+ * name cluster-wide: losing it to another node fences the controller (one terminal event), a
+ * respawn first takes the name back, or publishes why it cannot, and a controller stopped by a
+ * fenced durable write (a newer writer loaded its queue) is reported to the cluster, which gives
+ * a relocatable endpoint up for re-creation instead of leaving it stopped under its name.
  */
 import { Effect, ExecutionStrategy, Exit, FiberSet, Scope } from "effect"
 import type { ReliableConfigError } from "../Protocol/Errors.js"
 import { ReliableDeliveryFailed } from "../Protocol/Failure.js"
 import type { ReliableControllerRole, ReliableDeliveryStage } from "../Protocol/Failure.js"
 import type { ControllerAddress } from "../Protocol/Address.js"
+import { QueueFenced } from "../DurableQueue/QueueErrors.js"
 import * as EndpointHealth from "./EndpointHealth.js"
 import type { EndpointDetails, EndpointRecord, LocalEndpoint } from "./EndpointRegistry.js"
 import type { SystemInternals } from "./SystemInternals.js"
@@ -37,6 +40,8 @@ export interface LifecycleOptions<C> {
   readonly details?: EndpointDetails | undefined
 }
 
+const isFenced = (cause: unknown): boolean => cause instanceof QueueFenced
+
 export const make = <C>(options: LifecycleOptions<C>): Effect.Effect<Lifecycle<C>, ReliableConfigError, Scope.Scope> =>
   Effect.gen(function*() {
     const endpointScope = yield* Effect.scope
@@ -48,6 +53,7 @@ export const make = <C>(options: LifecycleOptions<C>): Effect.Effect<Lifecycle<C
     // Claimed below, after `respawn` exists (the registry keeps it for `ReliableSystem.respawn`).
     const claimed: { entry?: LocalEndpoint } = {}
     let generation = 0
+    const cluster = options.system.cluster
     const clock = yield* Effect.clock
     const health = EndpointHealth.make({
       endpointName: options.record.name,
@@ -85,6 +91,7 @@ export const make = <C>(options: LifecycleOptions<C>): Effect.Effect<Lifecycle<C
       if (outcome._tag === "Terminal") {
         publish(outcome.stage, outcome.cause)
         runFork(lock.withPermits(1)(Effect.when(closeCurrent, () => mine === generation)))
+        if (cluster !== undefined && isFenced(outcome.cause)) runFork(cluster.fenced(options.record.name))
       } else {
         runFork(lock.withPermits(1)(Effect.when(startFresh, () => mine === generation)))
       }
@@ -101,7 +108,6 @@ export const make = <C>(options: LifecycleOptions<C>): Effect.Effect<Lifecycle<C
       runFork(lock.withPermits(1)(Effect.when(closeCurrent, () => mine === generation)))
     }
 
-    const cluster = options.system.cluster
     const respawn = lock.withPermits(1)(
       cluster === undefined ? startFresh : Effect.flatMap(cluster.owns(options.record.name), (lost) =>
         lost === undefined ? startFresh : Effect.sync(() => publish("Protocol", lost)))

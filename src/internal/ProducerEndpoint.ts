@@ -21,6 +21,8 @@ import { EndpointClosed, PayloadEncodeError, ProducerContractError, ReliableConf
 import type { MessageRejected } from "../Protocol/Errors.js"
 import { checkMessageId } from "../Protocol/MessageIdRule.js"
 import type { PayloadCodec } from "../Protocol/PayloadCodec.js"
+import * as Metrics from "../Observability/Metrics.js"
+import * as Tracing from "../Observability/Tracing.js"
 import type { SystemInternals } from "./SystemInternals.js"
 import type { EndpointDetails, EndpointRecord } from "./EndpointRegistry.js"
 import * as BacklogFeeder from "./BacklogFeeder.js"
@@ -107,6 +109,8 @@ export const MaxBatch = 1000
 /** A producer-side controller as its endpoint uses it. */
 export interface EndpointController<A> extends ProducerSide<A> {
   readonly stats: () => ControllerStats
+  /** What the endpoint's gauges show (sampled). */
+  readonly gauges: () => Metrics.FlowGauges
 }
 
 /** A durable endpoint's backlog: where `enqueue` writes and what the flow takes in. */
@@ -131,7 +135,7 @@ export const backlogOf = (
 /** Starts a controller in the current scope, wired to the endpoint's hooks. */
 export type ControllerStart<A, C extends EndpointController<A>> = (hooks: ProducerHooks) => Effect.Effect<C, never, Scope.Scope>
 
-const noStats: ControllerStats = { sent: 0, resent: 0, confirmed: 0, dropped: 0 }
+const noStats: ControllerStats = { sent: 0, resent: 0, confirmed: 0, dropped: 0, oldestUnconfirmedAgeMillis: 0 }
 
 /**
  * Checks a caller's id (a generated one is fine by construction) and encodes the payload;
@@ -204,6 +208,45 @@ const startBacklog = (endpoint: string, settings: BacklogSettings, ingress: Ingr
     return backlog
   })
 
+/** `enqueue` and `enqueueAll`: into the backlog, group-committed; refused without a durable queue. */
+const enqueuer = <A>(
+  endpoint: string,
+  codec: PayloadCodec<A>,
+  backlog: Backlog | undefined,
+  closed: () => boolean,
+  spanAttributes: Record<string, unknown>
+) => {
+  // A binary payload is copied: the queue keeps it, and the caller may reuse its array.
+  const encodeKept = encoder(endpoint, codec, (bytes) => bytes.slice())
+  const noBacklog = () =>
+    Exit.fail(
+      new ReliableConfigError({
+        option: "durableQueue",
+        message: `${endpoint} has no durable queue: enqueue needs one (durableQueue, or durableWorkQueue for work-pulling)`
+      })
+    )
+
+  const enqueueAll = (messages: Iterable<Message<A>>): Effect.Effect<ReadonlyArray<Enqueued>, EnqueueError> =>
+    Effect.suspend((): Effect.Effect<ReadonlyArray<Enqueued>, EnqueueError> => {
+      if (closed()) return Exit.fail(new EndpointClosed({ name: endpoint }))
+      if (backlog === undefined) return noBacklog()
+      const items = encodeAll(encodeKept, messages)
+      if (Either.isLeft(items)) return Exit.fail(items.left as ProducerContractError | PayloadEncodeError)
+      if (items.right.length === 0) return Exit.succeed([])
+      return Effect.flatMap(Effect.clockWith((clock) => clock.currentTimeMillis), (at) =>
+        Tracing.withSendSpan(Tracing.SpanNames.send, spanAttributes, (span) =>
+          backlog.batcher.enqueue(items.right.map((item) => {
+            const trace = span === undefined ? undefined : Tracing.tracedItem(item, span).trace
+            return trace === undefined ? { messageId: item.messageId, payload: item.payload, at } : { messageId: item.messageId, payload: item.payload, at, trace }
+          }))))
+    })
+
+  const enqueue = (payload: A, options?: SendOptions): Effect.Effect<Enqueued, EnqueueError> =>
+    Effect.map(enqueueAll([options?.messageId === undefined ? { payload } : { payload, messageId: options.messageId }]), (results) => results[0])
+
+  return { enqueue, enqueueAll }
+}
+
 export interface EndpointOptions<A, C extends EndpointController<A>> {
   readonly system: SystemInternals
   readonly record: EndpointRecord
@@ -221,6 +264,8 @@ export const make = <A, C extends EndpointController<A>>(
     const { codec, record, start, system } = options
     const confirmations = yield* Effect.acquireRelease(PubSub.sliding<DeliveryConfirmed>(4096), PubSub.shutdown)
     const encode = encoder(record.name, codec, (bytes) => bytes)
+    const metrics = yield* Metrics.make(record.name, record.kind === "WorkProducer" ? "work_producer" : "producer")
+    const clock = yield* Effect.clock
     let closed = false
     const ingress = Ingress.make({
       endpoint: record.name,
@@ -251,7 +296,8 @@ export const make = <A, C extends EndpointController<A>>(
           notify: (confirmed) => {
             for (const item of confirmed) confirmations.unsafeOffer(item)
           },
-          stopped
+          stopped,
+          metrics
         }).pipe(Effect.tap(() => Effect.sync(() => backlog?.feeder.hint())))
     })
 
@@ -264,44 +310,49 @@ export const make = <A, C extends EndpointController<A>>(
       return controller !== undefined && controller.address.incarnation === grant.controller ? controller : undefined
     }
 
+    yield* Metrics.sampleGauges(metrics, () => {
+      const gauges = lifecycle.current()?.gauges() ?? Metrics.noGauges
+      return { ...gauges, pending: gauges.pending + ingress.waiting() }
+    })
+
     const closedError = () => Exit.fail(new EndpointClosed({ name: record.name }))
+    const spanAttributes = { "effect_reliable.endpoint": record.name }
+
+    /**
+     * Hands items to the ingress and records the call's send latency: an answer there at once
+     * (a volatile flow with a grant in hand) took no measurable time.
+     */
+    const submit = (items: ReadonlyArray<ProduceItem>): Effect.Effect<ReadonlyArray<Stored>, SendError> => {
+      const sent = ingress.send(items)
+      if (Exit.isExit(sent)) {
+        metrics.sendLatency.observe(0)
+        return sent as Exit.Exit<ReadonlyArray<Stored>, SendError>
+      }
+      const start = clock.unsafeCurrentTimeMillis()
+      return Effect.onExit(sent, () => Effect.sync(() => metrics.sendLatency.observe(clock.unsafeCurrentTimeMillis() - start)))
+    }
 
     const send = (payload: A, options?: SendOptions): Effect.Effect<Stored, SendError> =>
-      Effect.suspend(() => {
+      Tracing.withSendSpan(Tracing.SpanNames.send, spanAttributes, (span) => {
         if (closed) return closedError()
         const item = encode(payload, options?.messageId)
         if (Either.isLeft(item)) return Exit.fail(item.left)
-        const sent = ingress.send([item.right])
+        const sent = submit([span === undefined ? item.right : Tracing.tracedItem(item.right, span)])
         if (!Exit.isExit(sent)) return Effect.map(sent, (stored) => stored[0])
         const settled = sent as Exit.Exit<ReadonlyArray<Stored>, SendError>
         return Exit.isSuccess(settled) ? Exit.succeed(settled.value[0]) : settled as Exit.Exit<never, SendError>
       })
 
     const sendAll = (messages: Iterable<Message<A>>): Effect.Effect<ReadonlyArray<Stored>, SendError> =>
-      Effect.suspend(() => {
+      Tracing.withSendSpan(Tracing.SpanNames.send, spanAttributes, (span) => {
         if (closed) return closedError()
         const items = encodeAll(encode, messages)
         if (Either.isLeft(items)) return Exit.fail(items.left)
-        return items.right.length === 0 ? Exit.succeed([]) : ingress.send(items.right)
-      })
-
-    const encodeKept = encoder(record.name, codec, (bytes) => bytes.slice())
-    const noBacklog = () =>
-      Exit.fail(new ReliableConfigError({ option: "durableQueue", message: `${record.name} has no durable queue: enqueue needs one (durableQueue, or durableWorkQueue for work-pulling)` }))
-
-    const enqueueAll = (messages: Iterable<Message<A>>): Effect.Effect<ReadonlyArray<Enqueued>, EnqueueError> =>
-      Effect.suspend((): Effect.Effect<ReadonlyArray<Enqueued>, EnqueueError> => {
-        if (closed) return closedError()
-        if (backlog === undefined) return noBacklog()
-        const items = encodeAll(encodeKept, messages)
-        if (Either.isLeft(items)) return Exit.fail(items.left as ProducerContractError | PayloadEncodeError)
         if (items.right.length === 0) return Exit.succeed([])
-        return Effect.flatMap(Effect.clockWith((clock) => clock.currentTimeMillis), (at) =>
-          backlog.batcher.enqueue(items.right.map((item) => ({ messageId: item.messageId, payload: item.payload, at }))))
+        return submit(span === undefined ? items.right : items.right.map((item) => Tracing.tracedItem(item, span)))
       })
 
-    const enqueue = (payload: A, options?: SendOptions): Effect.Effect<Enqueued, EnqueueError> =>
-      Effect.map(enqueueAll([options?.messageId === undefined ? { payload } : { payload, messageId: options.messageId }]), (results) => results[0])
+    const { enqueue, enqueueAll } = enqueuer(record.name, codec, backlog, () => closed, spanAttributes)
 
     const produce = (produced: Produced<A>): Effect.Effect<Stored, SendError> =>
       Effect.suspend((): Effect.Effect<Stored, SendError> => {

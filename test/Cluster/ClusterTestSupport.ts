@@ -32,6 +32,13 @@ export interface ClusterEnv {
   readonly leaseMs: number
   readonly renewMs: number
   readonly jobs?: number
+  /** The PostgreSQL the member uses (default RELIABLE_PG_URL): a proxy, or a throwaway cluster. */
+  readonly pgUrl?: string
+  /** A steady job source: jobs per second from `jobStartMs` (see the fixture). */
+  readonly jobRate?: number
+  readonly jobStartMs?: number
+  /** The file the member's dispatcher samples its dispatching into (see the fixture). */
+  readonly dispatchLog?: string
 }
 
 /** A cluster member child process (SIGKILLed with the scope). */
@@ -41,7 +48,10 @@ export const spawnMember = (cluster: ClusterEnv) =>
     PG_PREFIX: cluster.prefix,
     LEASE_MS: String(cluster.leaseMs),
     RENEW_MS: String(cluster.renewMs),
-    JOBS: String(cluster.jobs ?? 0)
+    JOBS: String(cluster.jobs ?? 0),
+    ...(cluster.pgUrl === undefined ? {} : { RELIABLE_PG_URL: cluster.pgUrl }),
+    ...(cluster.jobRate === undefined ? {} : { JOB_RATE: String(cluster.jobRate), JOB_START_MS: String(cluster.jobStartMs ?? Date.now()) }),
+    ...(cluster.dispatchLog === undefined ? {} : { DISPATCH_LOG: cluster.dispatchLog })
   }, script)
 
 /** A cluster member in the test process, on its own TCP port and PostgreSQL client. */

@@ -51,6 +51,7 @@ const registryFor = (world: World, node: string): ClusterRegistryService => {
     claim: (request) => guard("claim", r.claim(request)),
     adopt: (request) => guard("adopt", r.adopt(request)),
     reclaim: (name, generation, n, incarnation) => guard("reclaim", r.reclaim(name, generation, n, incarnation)),
+    abandon: (name, generation) => guard("abandon", r.abandon(name, generation)),
     release: (name, generation) => guard("release", r.release(name, generation)),
     resolve: (name) => guard("resolve", r.resolve(name)),
     get: (name) => guard("get", r.get(name)),

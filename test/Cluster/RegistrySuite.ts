@@ -95,6 +95,23 @@ export const registrySuite = (test: Test, options: SuiteOptions): void => {
       expect(yield* registry.reclaim("orders", generation, "a:1", "a3")).toEqual(Option.none())
     }))
 
+  test("abandon: a live node's relocatable record becomes an orphan at once; pinned ones and stale generations stay", () =>
+    Effect.gen(function*() {
+      const registry = yield* options.registry
+      yield* join(registry, "a:1", "a1", leaseMs)
+      const relocatable = yield* generationOf(registry.claim(request("orders", "a:1", "a1", "f")))
+      const pinned = yield* generationOf(registry.claim(request("pinned", "a:1", "a1")))
+      expect(yield* registry.abandon("pinned", pinned)).toEqual(Option.none())
+      expect(yield* registry.abandon("orders", relocatable + 1)).toEqual(Option.none())
+      expect(yield* registry.abandon("orders", relocatable)).toEqual(Option.some(relocatable + 1))
+      expect(yield* registry.resolve("orders")).toEqual(Option.none())
+      expect((yield* registry.owned("a:1", "a1")).map((r) => r.name)).toEqual(["pinned"])
+      // the node that gave it up may take it back like any survivor
+      expect((yield* registry.orphans(["f"])).map((r) => r.name)).toEqual(["orders"])
+      expect(yield* registry.takeOver("orders", relocatable + 1, "a:1", "a1")).toEqual(Option.some(relocatable + 2))
+      expect(yield* registry.orphans(["f"])).toEqual([])
+    }))
+
   test("release deletes only the generation it names", () =>
     Effect.gen(function*() {
       const registry = yield* options.registry

@@ -10,6 +10,13 @@
  * moved back: its endpoint's controller is fenced (a terminal `ReliableDeliveryFailed` with
  * `ReliableOwnershipLost`), and a relocatable endpoint's factory scope closes.
  *
+ * The node does not wait for the registry to say so: a watch on its own clock stops its
+ * relocatable endpoints once its lease may be about to run out unrenewed (`HeldNames.surrender`),
+ * so they stop dispatching before another node may take them over; the next tick then joins
+ * afresh and the records go to whichever node takes them first. A relocatable endpoint whose
+ * durable write was fenced while its node still holds it gives its record up the same way
+ * (`HeldNames.giveUp`), instead of staying stopped under a live record.
+ *
  * Resolution trusts the registry for *where* (a live record: its node holds a lease, the record
  * names the node's current incarnation) and asks that node for *which controller* (the node
  * lookup every system serves), so a controller restart costs no registry write and a record of a
@@ -50,6 +57,8 @@ export interface ClusterMember {
   ) => Effect.Effect<void, ReliableConfigError, Scope.Scope>
   /** Before a respawn: undefined when this node holds the name (taking it back if it is free), else why not. */
   readonly owns: (name: string) => Effect.Effect<ReliableOwnershipLost | undefined>
+  /** The endpoint's durable write was fenced by a newer writer: a relocatable endpoint is given up for re-creation. */
+  readonly fenced: (name: string) => Effect.Effect<void>
   /** Resolves an endpoint: locally if this node holds it, else through the registry and its node. */
   readonly lookup: (name: string, node?: string | undefined) => Effect.Effect<EndpointRecord | undefined>
   readonly spawn: (
@@ -135,6 +144,8 @@ export const make = (options: MemberOptions, parts: MemberParts): Effect.Effect<
     const { leaseMs, renewMs } = yield* checkTiming(options)
     yield* checkFactories(options)
     const { registry, transport } = parts
+    const clock = yield* Effect.clock
+    const monotonicMs = () => Number(clock.unsafeCurrentTimeNanos() / 1_000_000n)
     const state: MemberState = {
       node: transport.node,
       incarnation: parts.newId(),
@@ -144,7 +155,9 @@ export const make = (options: MemberOptions, parts: MemberParts): Effect.Effect<
       factories: new Map((options.relocatable ?? []).map((entry) => [entry.key, entry.make])),
       held: new Map(),
       hosted: new Map(),
-      leaving: false
+      leaving: false,
+      leaseUntil: monotonicMs() + leaseMs,
+      surrendered: false
     }
     const lock = yield* Effect.makeSemaphore(1)
     const runFork = yield* FiberSet.makeRuntime<never>()
@@ -157,13 +170,17 @@ export const make = (options: MemberOptions, parts: MemberParts): Effect.Effect<
       newId: parts.newId,
       stopHosted: (name) => {
         if (runtime !== undefined) Hosting.stopHosted(runtime, name)
-      }
+      },
+      runFork: (effect) => void runFork(effect)
     }
 
     // The lease loop must outlive any one tick: a tick that fails, dies or hangs past a lease is
     // logged and the next one runs on schedule.
     const tick = Effect.gen(function*() {
-      if (!(yield* registry.renew(state.node, state.incarnation, leaseMs))) yield* HeldNames.rejoin(names)
+      const sentAt = monotonicMs()
+      const renewed = !state.surrendered && (yield* registry.renew(state.node, state.incarnation, leaseMs))
+      if (!renewed) yield* HeldNames.rejoin(names)
+      state.leaseUntil = sentAt + leaseMs
       yield* HeldNames.reconcile(names)
       if (runtime === undefined) return
       yield* Hosting.relocateOrphans(runtime)
@@ -176,6 +193,13 @@ export const make = (options: MemberOptions, parts: MemberParts): Effect.Effect<
           : Effect.logWarning(`cluster: lease tick on ${state.node} failed`, cause)
       )
     )
+
+    // Half a renewal before the lease may end, checked every quarter renewal: the endpoints are
+    // stopped a quarter renewal before the registry could call the node dead, at the latest.
+    const surrenderMarginMs = renewMs / 2
+    const watchLease = Effect.sync(() => {
+      if (!state.surrendered && monotonicMs() >= state.leaseUntil - surrenderMarginMs) HeldNames.surrender(names)
+    })
 
     const start = (provide: Hosting.HostingRuntime["provide"]) =>
       Effect.gen(function*() {
@@ -193,6 +217,7 @@ export const make = (options: MemberOptions, parts: MemberParts): Effect.Effect<
           })
         )
         yield* Effect.forkScoped(Effect.repeat(tick, Schedule.spaced(Duration.millis(renewMs))))
+        yield* Effect.forkScoped(Effect.repeat(watchLease, Schedule.spaced(Duration.millis(renewMs / 4))))
       })
 
     return {
@@ -203,6 +228,7 @@ export const make = (options: MemberOptions, parts: MemberParts): Effect.Effect<
       renewMs,
       claim: (record, fence) => HeldNames.claim(names, record, fence),
       owns: (name) => HeldNames.owns(names, name),
+      fenced: (name) => HeldNames.giveUp(names, name),
       lookup: lookupWith(state, parts),
       spawn: (key, name, node, timeout) =>
         runtime === undefined ? Effect.dieMessage("cluster member not started") : Hosting.spawn(runtime, key, name, node, timeout),

@@ -20,6 +20,8 @@ export interface Names {
   readonly newId: () => string
   /** Ends the factory scope of a relocatable endpoint this node lost. */
   readonly stopHosted: (name: string) => void
+  /** Forks an effect for the life of the member. */
+  readonly runFork: (effect: Effect.Effect<unknown>) => void
 }
 
 /** Registry calls at construction wait out backend trouble instead of failing the endpoint. */
@@ -110,7 +112,7 @@ export const reconcile = (names: Names): Effect.Effect<void, ClusterRegistryErro
     }
   }))
 
-/** The lease was lost (expired or replaced): join again as a new incarnation. */
+/** The lease was lost (expired, replaced, or given up): join again as a new incarnation. */
 export const rejoin = (names: Names): Effect.Effect<void, ClusterRegistryError> =>
   names.lock.withPermits(1)(Effect.gen(function*() {
     const { state } = names
@@ -118,7 +120,58 @@ export const rejoin = (names: Names): Effect.Effect<void, ClusterRegistryError> 
     yield* Effect.logWarning(`cluster: ${state.node} lost its lease; joining again`)
     yield* state.registry.join({ node: state.node, incarnation, factories: [...state.factories.keys()] }, state.leaseMs)
     state.incarnation = incarnation
+    state.surrendered = false
   }))
+
+/**
+ * The node could not renew its lease in time (the registry is out of reach, or the node was
+ * paused): before any other node may take its relocatable endpoints over, it stops them itself
+ * (fenced, their factory scopes closed) and leaves their records to whichever node reaches the
+ * registry first, itself included. Pinned endpoints run on: nobody takes them over. Synchronous,
+ * without the lock: a lease tick may hang on the registry meanwhile.
+ */
+export const surrender = (names: Names): void => {
+  const { state } = names
+  state.surrendered = true
+  const given: Array<string> = []
+  for (const [name, held] of state.held) {
+    if (held.lost || held.request.factory === undefined) continue
+    held.lost = true
+    held.fence(new ReliableOwnershipLost({ endpointName: name, owner: undefined }))
+    names.stopHosted(name)
+    given.push(name)
+  }
+  names.runFork(Effect.logWarning(
+    `cluster: ${state.node} could not renew its lease in time; ` +
+      (given.length === 0 ? "it holds no relocatable endpoint" : `it stopped ${given.map((name) => `"${name}"`).join(", ")} for a survivor to re-create`)
+  ))
+}
+
+/**
+ * A durable write of the relocatable endpoint `name` was fenced (a newer writer loaded its
+ * queue) while this node still holds its record: the record is given up (an orphan at once) and
+ * the factory scope closed, so a survivor, or this node, re-creates the endpoint from its queue.
+ * A pinned endpoint keeps its name and waits for `respawn`. Retried until the registry answers,
+ * unless the name is lost meanwhile (a surrender or another node's takeover settles it then).
+ */
+export const giveUp = (names: Names, name: string): Effect.Effect<void> =>
+  Effect.suspend(() => {
+    const held = names.state.held.get(name)
+    if (held === undefined || held.lost || held.request.factory === undefined) return Effect.void
+    // Whatever the answer (a record moved on meanwhile is someone else's), the endpoint is done here.
+    const abandon = names.lock.withPermits(1)(Effect.suspend(() => {
+      if (held.lost) return Effect.void
+      return Effect.zipRight(names.state.registry.abandon(name, held.generation), Effect.sync(() => {
+        held.lost = true
+        names.stopHosted(name)
+      }))
+    }))
+    return abandon.pipe(
+      Effect.retry({ schedule: Schedule.spaced(Duration.millis(names.state.renewMs)), while: () => !held.lost }),
+      Effect.zipRight(Effect.logWarning(`cluster: a durable write of "${name}" was fenced on ${names.state.node}; it gave the endpoint up for re-creation`)),
+      Effect.catchAll(() => Effect.void)
+    )
+  })
 
 /**
  * Before a respawn: undefined when this node holds `name`, taking a lost name back if nobody

@@ -36,4 +36,14 @@ export interface MemberState {
   readonly hosted: Map<string, Scope.CloseableScope>
   /** Set while the node shuts down: relocatable names stay in the registry for others to take over. */
   leaving: boolean
+  /**
+   * Until when (monotonic clock ms) the node's lease surely lasts: the send time of the latest
+   * renewal (or join) that succeeded, plus the lease. The registry started that lease no earlier.
+   */
+  leaseUntil: number
+  /**
+   * The lease ran out unrenewed and the node gave its relocatable endpoints up: the next lease
+   * tick joins again as a new incarnation instead of renewing.
+   */
+  surrendered: boolean
 }

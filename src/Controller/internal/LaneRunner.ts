@@ -15,6 +15,8 @@ import { Duration, Effect, Schedule } from "effect"
 import type { Fiber } from "effect"
 import * as EndpointHealth from "../../internal/EndpointHealth.js"
 import { Signal } from "../../internal/Signal.js"
+import type { QueueMetrics } from "../../Observability/Metrics.js"
+import * as Tracing from "../../Observability/Tracing.js"
 import type { HealthReporter } from "../../internal/EndpointHealth.js"
 import { DefaultQueueBackoff, DefaultQueueTimeout } from "../../Protocol/Config.js"
 import type { ReliableDeliveryStage } from "../../Protocol/Failure.js"
@@ -42,6 +44,8 @@ export interface RunnerOptions<Op> {
   readonly failed: (stage: ReliableDeliveryStage, cause: unknown, terminal: boolean) => void
   /** Told when the backend stops and starts answering (default: nobody). */
   readonly health?: HealthReporter | undefined
+  /** Counts every queue call's attempts and failures (default: nothing counted). */
+  readonly metrics?: QueueMetrics | undefined
   /** Performs one operation; every queue call in it goes through `guard`. */
   readonly run: (op: Op, guard: Guard) => Effect.Effect<void>
   /** Takes the lane's deferred work when no handshake operation waits (undefined: none). */
@@ -122,16 +126,17 @@ export const timed = <A, E extends DurableQueueError>(
     return Effect.zipRight(Effect.sync(() => onTimeout(error)), Effect.fail(error))
   })
 
-export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
-  const ops: Array<Op> = []
-  let busy = false
-  let deferredBusy = false
-  let dead = false
+/**
+ * Runs one durable operation under the lane's rules: a timeout on every call, retries (a load is
+ * retried for as long as it takes, degraded meanwhile), and on a final failure `gaveUp` then
+ * `failed`.
+ */
+const makeGuard = <Op>(options: RunnerOptions<Op>, gaveUp: () => void): Guard => {
   const health = options.health ?? EndpointHealth.silent
   const timeout = options.retry.timeout ?? DefaultQueueTimeout
   const backoff = backoffSchedule(options.retry.backoff ?? DefaultQueueBackoff)
 
-  /** A load is retried for as long as it takes: after its attempts, under the backoff, degraded meanwhile. */
+  /** After its attempts, under the backoff, degraded meanwhile. */
   const healing = <A>(stage: ReliableDeliveryStage, attempt: Effect.Effect<A, DurableQueueError>) =>
     Effect.catchIf(retrying(options.retry, attempt), retriable, (error) =>
       Effect.zipRight(
@@ -139,11 +144,22 @@ export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
         Effect.retry(attempt, { schedule: backoff, while: retriable })
       ))
 
-  const guard: Guard = (stage, effect, onDone) => {
+  const metrics = options.metrics
+  /** One attempt of a queue call, counted. */
+  const counted = <A>(stage: ReliableDeliveryStage, effect: Effect.Effect<A, DurableQueueError>) => {
+    if (metrics === undefined) return effect
+    const operation = stage.toLowerCase()
+    return Effect.zipRight(
+      Effect.sync(() => metrics.attempt(operation)),
+      Effect.tapError(effect, () => Effect.sync(() => metrics.failure(operation)))
+    )
+  }
+
+  return (stage, effect, onDone) => {
     // A backend silent for a whole timeout is an outage already: the endpoint is degraded from
     // the first timeout, not only once the call's retries (each as long again) are spent.
-    const attempt = timed(timeout, stage, effect, (error) => health.degraded(stage, error))
-    return Effect.matchEffect(stage === "Load" ? healing(stage, attempt) : retrying(options.retry, attempt), {
+    const attempt = counted(stage, timed(timeout, stage, effect, (error) => health.degraded(stage, error)))
+    const guarded = Effect.matchEffect(stage === "Load" ? healing(stage, attempt) : retrying(options.retry, attempt), {
       onSuccess: (value) =>
         Effect.sync(() => {
           health.healthy()
@@ -151,13 +167,25 @@ export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
         }),
       onFailure: (error) =>
         Effect.sync(() => {
-          dead = true
+          gaveUp()
           const terminal = isTerminal(error)
           if (!terminal) health.degraded(stage, error)
           options.failed(stage, error, terminal)
         })
     })
+    // One span per call, its retries included; a root span, since the lane's fiber outlives any caller's.
+    return Tracing.withSpanIfTracing(Tracing.SpanNames.queue, { "effect_reliable.operation": stage.toLowerCase() }, guarded, { root: true })
   }
+}
+
+export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
+  const ops: Array<Op> = []
+  let busy = false
+  let deferredBusy = false
+  let dead = false
+  const guard = makeGuard(options, () => {
+    dead = true
+  })
 
   const idleMs = options.deferredIdleMs ?? 0
   const maxWaitMs = options.deferredMaxWaitMs ?? 1000

@@ -24,6 +24,7 @@ import type { FrameTooLarge, ProducerContractError } from "../../Protocol/Errors
 import type { ReliableDeliveryStage } from "../../Protocol/Failure.js"
 import type { PayloadCodec } from "../../Protocol/PayloadCodec.js"
 import type { ConsumerToProducer, Envelope } from "../../Protocol/WireMessage.js"
+import * as Metrics from "../../Observability/Metrics.js"
 import * as DeadlineTimer from "./DeadlineTimer.js"
 import * as ProducerCalls from "./ProducerCalls.js"
 import type { Handshake } from "./ProducerHandshake.js"
@@ -37,6 +38,8 @@ export interface ProducerHooks {
   readonly stopped: (outcome: StopOutcome) => void
   /** Where the durable lane reports that its backend stopped or started answering. */
   readonly health: HealthReporter
+  /** The endpoint's metrics. */
+  readonly metrics: Metrics.EndpointMetrics
 }
 
 /** Who a controller is: its address (a fresh incarnation) and its session. */
@@ -102,13 +105,48 @@ export interface ShellContext<Ev> {
   readonly stop: (outcome: StopOutcome) => void
   /** Queues an envelope; everything queued in one fold goes to the transport together. */
   readonly post: (envelope: Envelope) => void
-  readonly health: HealthReporter
+  /** What a durable lane takes from its controller (the same for both lanes). */
+  readonly laneParts: LaneParts<Ev>
 }
+
+export interface LaneParts<Ev> {
+  readonly runFork: <A, E>(effect: Effect.Effect<A, E>) => Fiber.RuntimeFiber<A, E>
+  readonly health: HealthReporter
+  readonly now: () => number
+  /** A durable operation finished; the event goes through the controller's machine. */
+  readonly completed: (event: (now: number) => Ev) => void
+  /** A durable operation failed for good: terminal (the machine fails), or healed by a restart. */
+  readonly failed: (stage: ReliableDeliveryStage, cause: unknown, terminal: boolean) => void
+}
+
+const laneParts = <Ev>(
+  parts: Omit<LaneParts<Ev>, "completed" | "failed"> & {
+    readonly dispatch: (event: Ev) => void
+    readonly stop: (outcome: StopOutcome) => void
+  }
+): LaneParts<Ev> => ({
+  runFork: parts.runFork,
+  health: parts.health,
+  now: parts.now,
+  completed: (event) => parts.dispatch(event(parts.now())),
+  failed: (stage, cause, terminal) => {
+    if (terminal) parts.dispatch({ _tag: "Fail", stage, cause } as Ev)
+    else parts.stop({ _tag: "Restart", cause })
+  }
+})
 
 /** Counters every producer-side controller keeps. */
 export interface ShellCounters {
   confirmed: number
   dropped: number
+}
+
+/** What a producer-side controller counts into the endpoint's counter metrics (its stats' numbers). */
+export interface MetricCounts {
+  readonly sent: () => number
+  readonly resent: () => number
+  readonly confirmed: () => number
+  readonly dropped: () => number
 }
 
 export interface ShellOptions<S, Ev, Act extends { readonly _tag: string }, A> {
@@ -121,6 +159,8 @@ export interface ShellOptions<S, Ev, Act extends { readonly _tag: string }, A> {
   /** How long closing waits for the durable lane to finish what it holds. */
   readonly drainTimeout: Duration.Duration
   readonly counters: ShellCounters
+  /** The controller's counts as its stats report them, added to the counter metrics after each fold. */
+  readonly metricCounts: MetricCounts
   readonly machine: ShellMachine<S, Ev, Act>
   readonly initial: (now: number) => Step<S, Act>
   /** Whether the resolver vouches for a registering controller. */
@@ -156,12 +196,51 @@ export interface ProducerSide<A> {
 
 export interface Shell<S, A> extends ProducerSide<A> {
   readonly state: () => S
+  /** The controller's clock (millis), the one its machine's times come from. */
+  readonly now: () => number
   /** The timer may have a new deadline (e.g. a first audit): wake it if it sleeps for one. */
   readonly wakeTimer: () => void
 }
 
 const isCommon = (action: { readonly _tag: string }): action is CommonAction => commonTags.has(action._tag)
 const commonTags: ReadonlySet<string> = new Set(["Offer", "Answer", "Completed", "AckRejected", "Verify", "Notify", "Confirmed", "Fail"])
+
+/** What performing the shell's own actions needs. */
+interface CommonParts {
+  readonly hooks: ProducerHooks
+  readonly counters: ShellCounters
+  readonly timer: DeadlineTimer.DeadlineTimer
+  readonly settle: ProducerCalls.Calls<unknown>["settle"]
+  readonly verify: (address: ControllerAddress) => Effect.Effect<boolean>
+  readonly dispatch: (event: ShellEvent) => void
+  readonly now: () => number
+  readonly runFork: <A, E>(effect: Effect.Effect<A, E>) => Fiber.RuntimeFiber<A, E>
+  readonly stop: (outcome: StopOutcome) => void
+}
+
+const performCommon = (action: CommonAction, parts: CommonParts): void => {
+  switch (action._tag) {
+    case "Offer":
+      parts.hooks.offerGrant(action.grant)
+      return parts.timer.wake()
+    case "Answer":
+      return parts.settle(action)
+    case "Verify":
+      return void parts.runFork(Effect.flatMap(parts.verify(action.address), (ok) =>
+        Effect.sync(() => parts.dispatch({ _tag: "Verified", address: action.address, nonce: action.nonce, ok, now: parts.now() }))))
+    case "Notify":
+      parts.counters.confirmed += action.confirmed.length
+      return parts.hooks.notify(action.confirmed)
+    case "Confirmed":
+      parts.counters.confirmed += action.count
+      return
+    case "Fail":
+      return parts.stop({ _tag: "Terminal", stage: action.stage, cause: action.cause })
+    case "Completed":
+    case "AckRejected":
+      return
+  }
+}
 
 export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
   options: ShellOptions<S, Ev, Act, A>
@@ -198,41 +277,20 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
       dispatch: (event) => void dispatch(event),
       stop,
       post: (envelope) => void (envelopes ??= []).push(envelope),
-      health: hooks.health
+      laneParts: laneParts<Ev>({ runFork, health: hooks.health, now, dispatch: (event) => void dispatch(event), stop })
     }
     const lane = options.lane?.(context)
-
-    const performCommon = (action: CommonAction): boolean => {
-      switch (action._tag) {
-        case "Offer":
-          hooks.offerGrant(action.grant)
-          timer.wake()
-          return true
-        case "Answer":
-          calls.settle(action)
-          return true
-        case "Verify":
-          runFork(Effect.flatMap(options.verify(action.address), (ok) =>
-            Effect.sync(() => dispatch({ _tag: "Verified", address: action.address, nonce: action.nonce, ok, now: now() } as Ev))))
-          return true
-        case "Notify":
-          counters.confirmed += action.confirmed.length
-          hooks.notify(action.confirmed)
-          return true
-        case "Confirmed":
-          counters.confirmed += action.count
-          return true
-        case "Fail":
-          stop({ _tag: "Terminal", stage: action.stage, cause: action.cause })
-          return true
-        default:
-          return true
-      }
-    }
+    const counts = options.metricCounts
+    const syncCounters = Metrics.counterSync([
+      [counts.sent, hooks.metrics.sent],
+      [counts.resent, hooks.metrics.resent],
+      [counts.confirmed, hooks.metrics.confirmed],
+      [counts.dropped, hooks.metrics.dropped]
+    ])
 
     const perform = (actions: ReadonlyArray<Act>) => {
       for (const action of actions) {
-        if (isCommon(action)) performCommon(action)
+        if (isCommon(action)) performCommon(action, common)
         else if (action._tag === "Dropped") options.dropped((action as unknown as { readonly reason: string }).reason)
         else if (options.laneActions.has(action._tag)) lane?.submit(action)
         else if (!options.perform(action, context)) break
@@ -240,6 +298,7 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
       const posted = envelopes
       envelopes = undefined
       if (posted !== undefined) system.transport.post(posted)
+      syncCounters()
     }
 
     const dispatch = (event: Ev): ReadonlyArray<Act> => {
@@ -264,6 +323,7 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
       snapshot: options.snapshot,
       dispatch: (event) => dispatch(event as Ev)
     })
+    const common: CommonParts = { hooks, counters, timer, settle: calls.settle, verify: options.verify, dispatch: (event) => void dispatch(event as Ev), now, runFork, stop }
     // Closing the scope ends the controller and releases every waiting caller. A call made after
     // that (a fiber that took this controller's grant just before the respawn) must be refused at
     // once: folded, it would start a store no fiber runs any more and wait for it forever.
@@ -271,6 +331,7 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
       Effect.sync(() => {
         closed = true
         calls.abandon()
+        syncCounters()
       })
     )
 
@@ -309,6 +370,7 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
       handshake: () => machine.handshake(state),
       freeDemand: () => machine.freeDemand(state),
       state: () => state,
+      now,
       wakeTimer: timer.wake,
       drain
     }

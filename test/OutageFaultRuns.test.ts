@@ -19,7 +19,8 @@ import * as PgProxy from "./support/PgProxy.js"
 
 const probe = await probePostgres
 const tablePrefix = `outrun_${uniqueSuffix()}_`
-sharedClient(pgClientLayer, dropTables(tablePrefix))
+// Drops this file's tables at the end, through a direct connection (the proxies are gone by then).
+if (probe.reachable) sharedClient(pgClientLayer, dropTables(tablePrefix))
 
 interface OutagePlan {
   readonly seed: number

@@ -27,7 +27,7 @@ import * as ThrowawayPg from "./support/ThrowawayPg.js"
 const probe = await probePostgres
 const tablePrefix = `outage_${uniqueSuffix()}_`
 // Drops this file's tables at the end, through a direct connection (the proxies are gone by then).
-sharedClient(pgClientLayer, dropTables(tablePrefix))
+if (probe.reachable) sharedClient(pgClientLayer, dropTables(tablePrefix))
 
 const report = (scenario: string, resumeMs: number) =>
   Effect.sync(() => console.log(`outage resume: ${scenario}: ${resumeMs} ms from the database's return to the first new delivery`))
@@ -181,6 +181,17 @@ const restarts = () => {
         yield* report("restart (pg_ctl restart -m immediate), send", resumeMs)
         expect(OutageFlow.check(flow, outageAt)).toBeUndefined()
         expect(OutageFlow.orderViolation(flow)).toBeUndefined()
+        expect(resumeMs).toBeLessThan(2_000)
+      })), 120_000)
+
+  it.live("pg_ctl restart -m immediate mid-flow (work-pulling)", () =>
+    throwaway((cluster, client) =>
+      Effect.gen(function*() {
+        const { flow } = yield* OutageFlow.workPulling(client, tablePrefix)
+        const outage: Outage = { begin: cluster.restartImmediate, end: Effect.void, lastsMs: 0 }
+        const { outageAt, resumeMs } = yield* throughOutage(flow, outage, { count: 3 })
+        yield* report("restart (pg_ctl restart -m immediate), work-pulling", resumeMs)
+        expect(OutageFlow.check(flow, outageAt)).toBeUndefined()
         expect(resumeMs).toBeLessThan(2_000)
       })), 120_000)
 

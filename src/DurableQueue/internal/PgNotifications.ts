@@ -70,12 +70,15 @@ const listenOnce = (listener: PgListener, channel: string, publish: (notificatio
       Stream.map(listener.listen(heartbeat), () => heard.fire())
     ).pipe(Stream.runDrain)
     const lost = new ListenerLost({ channel })
-    /** Notifies the heartbeat channel; true when it arrived within `within`, false when it did not, undefined when unsent. */
+    /**
+     * Notifies the heartbeat channel; true when it arrived within `within`, false when it did not,
+     * undefined when it could not be sent (after waiting as long, so tries stay apart).
+     */
     const beat = (within: Duration.Duration) =>
       Effect.gen(function*() {
         const arrival = heard.next()
         const sent = yield* listener.notify(heartbeat, "beat").pipe(Effect.timeout(HeartbeatInterval), Effect.either)
-        if (sent._tag === "Left") return undefined
+        if (sent._tag === "Left") return yield* Effect.as(Effect.sleep(within), undefined)
         return Option.isSome(yield* Effect.option(Effect.timeout(arrival, within)))
       })
     const first = beat(FirstHeartbeatEvery).pipe(
@@ -89,7 +92,7 @@ const listenOnce = (listener: PgListener, channel: string, publish: (notificatio
     )
     // A dead connection may also fail the `UNLISTEN` of the stream's end as a defect: any end is
     // a reason to listen again.
-    return yield* Effect.raceFirst(listening, Effect.zipRight(first, steady)).pipe(
+    return yield* Effect.raceFirst(Effect.zipRight(listening, Effect.fail(lost)), Effect.zipRight(first, steady)).pipe(
       Effect.sandbox,
       Effect.mapError(() => lost)
     )

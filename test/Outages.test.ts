@@ -1,11 +1,13 @@
 /**
  * Durable flows heal from real database outages by themselves, on real PostgreSQL under the live
- * clock: a proxy in front of the server cuts every connection (1 s, 10 s), or leaves calls
- * hanging (a blackhole, healed by the queue timeout); a throwaway cluster of the test's own is
- * restarted with `pg_ctl restart -m immediate` mid-flow, and stopped while the producer restarts.
- * Nobody calls `respawn`. Each scenario checks that nothing accepted is lost, that only messages
- * not yet confirmed come twice, that exactly one degraded and one recovered event are published
- * and no failure; it prints the time from the database's return to the flow's first new delivery.
+ * clock: a proxy in front of the server cuts every connection (1 s, 10 s, 60 s), or leaves calls
+ * hanging (a blackhole, healed by the queue timeout, also while the reload hangs); a throwaway
+ * cluster of the test's own is restarted with `pg_ctl restart -m immediate` mid-flow, and stopped
+ * while the producer restarts. Nobody calls `respawn`. Each scenario checks that nothing accepted
+ * is lost, that only messages not yet confirmed come twice, that exactly one degraded and one
+ * recovered event are published and no failure; it prints the time from the database's return to
+ * the flow's first new delivery (of a message never delivered before). One more checks that the
+ * backlog signal (`LISTEN`) comes back after an outage.
  *
  * The 60 s outage runs scaled by default: backoff and timeout ten times shorter and a 6 s outage
  * take the flow through the same steps (the backoff reaches its cap and stays there) in a tenth

@@ -1,6 +1,7 @@
 /**
- * The fiber shell around `ConsumerMachine`: it owns the inbox, the tick, and lookups of the
- * producer's live controller; it decodes payloads into `Delivery` values for the endpoint.
+ * The shell around `ConsumerMachine`: wire input folds where the transport delivers it (there is
+ * no inbox fiber), and the shell owns the tick and lookups of the producer's live controller; it
+ * decodes payloads into `Delivery` values for the endpoint.
  * Confirming folds in the caller's fiber, so with `run` the handler, its confirmation and the
  * next delivery all happen without a fiber hop.
  */

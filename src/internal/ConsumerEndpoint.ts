@@ -41,7 +41,7 @@ export interface ConsumerOptions<A, I> {
   readonly name: string
   /** The producer endpoint's name. */
   readonly producer: string
-  /** Payloads are decoded with this Schema; a payload it cannot decode stops the flow. */
+  /** Payloads are decoded with this Schema; a payload it cannot decode is dead-lettered. */
   readonly payload: Schema.Schema<A, I, never>
   /** Demand per request and buffer capacity, 1..10,000; default 50. */
   readonly window?: number

@@ -8,6 +8,7 @@ import * as Chunked from "./chunked.js"
 import * as ClusterBench from "./cluster.js"
 import * as Competitors from "./competitors.js"
 import * as Durable from "./durable.js"
+import * as Observability from "./observability.js"
 import * as Ingress from "./ingress.js"
 import * as IngressRemote from "./ingressRemote.js"
 import * as PointToPoint from "./pointToPoint.js"
@@ -24,6 +25,10 @@ export const cases: Record<string, Case> = {
   "p2p-send-1m": () => run(PointToPoint.send(1_000_000)),
   "p2p-send-10m": () => run(PointToPoint.send(10_000_000)),
   "p2p-sendAll-1m": () => run(PointToPoint.sendAll(1_000_000)),
+  // what observing a flow costs: the same send loop with metrics off, on, and with a tracer
+  "obs-send-1m-metrics-off": () => run(Observability.metricsOff(1_000_000)),
+  "obs-send-1m-metrics-on": () => run(Observability.metricsOn(1_000_000)),
+  "obs-send-100k-traced": () => run(Observability.traced(100_000)),
   "p2p-sendAll-1m-w1000": () => run(PointToPoint.sendAll(1_000_000, 1000)),
   "durable-sqlite-send-20k": () => run(Durable.sqliteSend(20_000)),
   "durable-sqlite-sendAll-100k": () => run(Durable.sqliteSendAll(100_000)),

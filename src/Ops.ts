@@ -6,9 +6,8 @@
  * Effect metrics in Prometheus text at `/metrics`. Read-only unless `actions: true`, which enables
  * requeueing and discarding dead letters from the page. Built on `@effect/platform`'s HTTP router;
  * served by `node:http` through a small adapter (no `@effect/platform-node` needed), or mounted in
- * an application's own server with `app`.
+ * an application's own server with `webHandler`.
  */
-import type { HttpApp } from "@effect/platform"
 import { HttpApp as WebApp } from "@effect/platform"
 import { Context, Effect, Layer } from "effect"
 import type { Scope } from "effect"
@@ -62,23 +61,26 @@ const checked = (options: OpsOptions) =>
   })
 
 /**
- * The page and its API as an `HttpApp`, to mount in an application's own `@effect/platform`
- * server (options other than `actions` and `pageSize` do not apply then).
+ * The page and its API as a web handler (`Request` to `Response`), to mount in a server of the
+ * application's own (in an `@effect/platform` one: `HttpApp.fromWebHandler(handler)`); options
+ * other than `actions` and `pageSize` do not apply then. Typed with the web standard's
+ * `Request`/`Response` so an app's declarations never need `@effect/platform`'s DOM-typed ones.
  */
-export const app = (
+export const webHandler = (
   options: Omit<OpsOptions, "port" | "host"> = {}
-): Effect.Effect<HttpApp.Default<never, Scope.Scope>, ReliableConfigError, ReliableSystem> =>
+): Effect.Effect<(request: Request) => Promise<Response>, ReliableConfigError, ReliableSystem> =>
   Effect.gen(function*() {
     const settings = yield* checked({ ...options, port: 0 })
-    return yield* makeApp(yield* ReliableSystem, settings)
+    const handler = WebApp.toWebHandler(yield* makeApp(yield* ReliableSystem, settings))
+    return (request: Request) => handler(request)
   })
 
 /** Serves the page for the life of the scope. */
 export const make = (options: OpsOptions): Effect.Effect<OpsPageService, ReliableConfigError | OpsServerError, ReliableSystem | Scope.Scope> =>
   Effect.gen(function*() {
     const settings = yield* checked(options)
-    const handler = WebApp.toWebHandler(yield* makeApp(yield* ReliableSystem, settings))
-    const { port } = yield* serve((request) => handler(request), settings.host, settings.port)
+    const handler = yield* webHandler({ actions: settings.actions, pageSize: settings.pageSize })
+    const { port } = yield* serve(handler, settings.host, settings.port)
     const host = settings.host.includes(":") ? `[${settings.host}]` : settings.host
     return { port, url: `http://${host}:${port}/` }
   })

@@ -17,7 +17,7 @@ import * as Producer from "../src/Producer.js"
 import * as ReliableSystem from "../src/ReliableSystem.js"
 import * as MemoryTransport from "../src/Transport/MemoryTransport.js"
 import * as WorkPulling from "../src/WorkPulling.js"
-import { advanceUntil } from "./support/Harness.js"
+import { advanceBy, advanceUntil } from "./support/Harness.js"
 
 const Order = Schema.Struct({ id: Schema.Number })
 const encodeOrder = Schema.encodeSync(Schema.parseJson(Order))
@@ -127,7 +127,7 @@ describe("enqueue: point-to-point", () => {
       yield* collect(consumer, done)
       yield* TestClock.adjust("1 second")
       yield* queue.enqueue([written(7)])
-      yield* advanceUntil(() => false, 100, 3_500).pipe(Effect.ignore)
+      yield* advanceBy(3_500, 100)
       expect(done).toEqual([])
       yield* advanceUntil(() => done.length === 1, 100, 2_000)
       expect(done).toEqual([7])

@@ -93,6 +93,14 @@ export const producerAddress = (
     ? record.address
     : undefined
 
+/** Adds the controller's counts to the endpoint's counter metrics (after each fold). */
+const counterSync = (counters: { readonly delivered: number; readonly redelivered: number; readonly dropped: number }, metrics: Metrics.EndpointMetrics) =>
+  Metrics.counterSync([
+    [() => counters.delivered, metrics.delivered],
+    [() => counters.redelivered, metrics.redelivered],
+    [() => counters.dropped, metrics.dropped]
+  ])
+
 export const make = <A>(
   settings: ConsumerSettings,
   codec: PayloadCodec<A>,
@@ -106,11 +114,7 @@ export const make = <A>(
     const runFork = yield* FiberSet.makeRuntime<never>()
     const now = () => clock.unsafeCurrentTimeMillis()
     const counters = { delivered: 0, redelivered: 0, registrations: 0, dropped: 0 }
-    const syncCounters = Metrics.counterSync([
-      [() => counters.delivered, hooks.metrics.delivered],
-      [() => counters.redelivered, hooks.metrics.redelivered],
-      [() => counters.dropped, hooks.metrics.dropped]
-    ])
+    const syncCounters = counterSync(counters, hooks.metrics)
     yield* Effect.addFinalizer(() => Effect.sync(syncCounters))
     let stopped = false
     let state: Machine.ConsumerState

@@ -117,6 +117,43 @@ const frameFitOf = (settings: ProducerSettings, system: SystemInternals, identit
       chunkSize: settings.chunkSize
     })
 
+/** The parts of the shell the stats and gauges read. */
+type Shell = Pick<ProducerShell.Shell<Machine.ProducerState, unknown>, "state" | "now" | "freeDemand">
+
+const oldestUnconfirmedAgeMillis = (shell: Shell) => ageOf(shell.state().unconfirmed.at(0)?.at, shell.now())
+
+const gaugesOf = (shell: Shell): Metrics.FlowGauges => {
+  const state = shell.state()
+  const inFlight = state.sentUpTo - state.confirmedSeq
+  return {
+    inFlight,
+    freeDemand: shell.freeDemand(),
+    // Emitted beyond the consumer's demand: stored, waiting to be sent.
+    pending: state.unconfirmed.length - inFlight,
+    workers: 0,
+    oldestUnconfirmedAgeMillis: oldestUnconfirmedAgeMillis(shell),
+    oldestPendingAgeMillis: 0
+  }
+}
+
+const countsOf = (counters: ControllerCounters): ProducerShell.MetricCounts => ({
+  sent: () => counters.sent,
+  resent: () => counters.resent,
+  confirmed: () => counters.confirmed,
+  dropped: () => counters.dropped
+})
+
+/** Observes the end-to-end latency of confirmed entries: each message's time from its send to now. */
+const endToEndLatencies = (metrics: Metrics.EndpointMetrics, now: () => number) => (confirmed: SeqLog<Machine.OutboundEntry>, count: number) => {
+  const at = now()
+  for (let index = 0; index < count; index++) {
+    const entry = confirmed.at(index)!
+    if (entry.message.chunk === undefined || entry.message.chunk.last) metrics.endToEndLatency.observe(Math.max(0, at - entry.at))
+  }
+}
+
+type ControllerCounters = { -readonly [K in keyof Omit<ControllerStats, "oldestUnconfirmedAgeMillis">]: number }
+
 export const make = <A>(
   settings: ProducerSettings,
   codec: PayloadCodec<A>,
@@ -142,6 +179,7 @@ export const make = <A>(
     let highestSent = 0
     const counters = { sent: 0, resent: 0, confirmed: 0, dropped: 0 }
     const clock = yield* Effect.clock
+    const observeConfirmed = endToEndLatencies(hooks.metrics, () => clock.unsafeCurrentTimeMillis())
 
     /**
      * The first `count` entries were just confirmed: their messages' snapshots go back to the pool.
@@ -154,15 +192,6 @@ export const make = <A>(
       for (let index = 0; index < count; index++) {
         const message = confirmed.at(index)!.message
         if (message.chunk?.last === true) pool.release(message.payload)
-      }
-    }
-
-    /** The first `count` entries were just confirmed: each message's time from its send to now. */
-    const observeConfirmed = (confirmed: SeqLog<Machine.OutboundEntry>, count: number) => {
-      const now = clock.unsafeCurrentTimeMillis()
-      for (let index = 0; index < count; index++) {
-        const entry = confirmed.at(index)!
-        if (entry.message.chunk === undefined || entry.message.chunk.last) hooks.metrics.endToEndLatency.observe(Math.max(0, now - entry.at))
       }
     }
 
@@ -203,20 +232,14 @@ export const make = <A>(
         const lane = DurableLane.make({
           queue: settings.durableQueue!,
           retry: settings.queueRetry,
-          ...context.laneParts,
-          metrics: hooks.metrics.queue
+          ...context.laneParts
         })
         return { drain: lane.drain, submit: (action) => lane.submit(action as DurableLane.LaneAction) }
       },
       laneActions,
       perform: (action, context) => action._tag === "Send" || action._tag === "Resend" ? send(action, context) : true,
       dropped: () => void counters.dropped++,
-      metricCounts: {
-        sent: () => counters.sent,
-        resent: () => counters.resent,
-        confirmed: () => counters.confirmed,
-        dropped: () => counters.dropped
-      },
+      metricCounts: countsOf(counters),
       afterStep: (before, after) => {
         if (after.confirmedSeq <= before.confirmedSeq) return
         const count = after.confirmedSeq - before.confirmedSeq
@@ -226,22 +249,9 @@ export const make = <A>(
       snapshot: pool?.copy,
       refuse: frameFit?.produced
     })
-    const oldestUnconfirmedAgeMillis = () => ageOf(shell.state().unconfirmed.at(0)?.at, shell.now())
     return {
       ...shell,
-      stats: () => ({ ...counters, oldestUnconfirmedAgeMillis: oldestUnconfirmedAgeMillis() }),
-      gauges: () => {
-        const state = shell.state()
-        const inFlight = state.sentUpTo - state.confirmedSeq
-        return {
-          inFlight,
-          freeDemand: shell.freeDemand(),
-          // Emitted beyond the consumer's demand: stored, waiting to be sent.
-          pending: state.unconfirmed.length - inFlight,
-          workers: 0,
-          oldestUnconfirmedAgeMillis: oldestUnconfirmedAgeMillis(),
-          oldestPendingAgeMillis: 0
-        }
-      }
+      stats: () => ({ ...counters, oldestUnconfirmedAgeMillis: oldestUnconfirmedAgeMillis(shell) }),
+      gauges: () => gaugesOf(shell)
     }
   })

@@ -5,7 +5,7 @@
  * `DurableWorkQueue` (`WorkLane`).
  */
 import { Duration, Effect } from "effect"
-import type { Scope } from "effect"
+import type { Clock, Scope } from "effect"
 import type { EndpointRecord } from "../internal/EndpointRegistry.js"
 import { sameAddress } from "../Protocol/Address.js"
 import type { ControllerAddress } from "../Protocol/Address.js"
@@ -84,6 +84,31 @@ export const oldestTimes = (state: Machine.WorkState): { readonly pending: numbe
   return { pending, unconfirmed }
 }
 
+/**
+ * Observes the end-to-end latency of the jobs each binding's worker just confirmed (not those it
+ * settled another way): each job's time from its send to now.
+ */
+const endToEndLatencies = (metrics: Metrics.EndpointMetrics, clock: Clock.Clock) => (before: Machine.WorkState, after: Machine.WorkState) => {
+  if (before.bindings === after.bindings) return
+  for (const binding of after.bindings) {
+    const earlier = before.bindings.find((candidate) => candidate.sessionId === binding.sessionId)
+    if (earlier === undefined || binding.confirmedSeq <= earlier.confirmedSeq) continue
+    const at = clock.unsafeCurrentTimeMillis()
+    for (let seq = earlier.confirmedSeq + 1; seq <= binding.confirmedSeq; seq++) {
+      const sent = earlier.unconfirmed.at(seq - earlier.confirmedSeq - 1)
+      if (sent !== undefined && !earlier.settled.has(seq)) metrics.endToEndLatency.observe(Math.max(0, at - sent.job.at))
+    }
+  }
+}
+
+/** The counts the endpoint's counter metrics take, as `stats` reports them. */
+const metricCountsOf = (counters: Counters): ProducerShell.MetricCounts => ({
+  sent: () => counters.sent + counters.dispatched,
+  resent: () => counters.resent,
+  confirmed: () => counters.confirmed,
+  dropped: () => counters.dropped + counters.fenced
+})
+
 /** What the endpoint's gauges show: the pool's totals over its bound workers. */
 const gaugesOf = (state: Machine.WorkState, now: number): Metrics.FlowGauges => {
   let inFlight = 0
@@ -152,6 +177,7 @@ export const make = <A>(
       durable: settings.durableQueue !== undefined
     }
     const counters = newCounters()
+    const observeConfirmed = endToEndLatencies(hooks.metrics, yield* Effect.clock)
 
     const verify = (worker: ControllerAddress) =>
       Effect.map(system.lookup(worker.endpoint), (record) => verifyWorker(record, settings.endpoint, worker))
@@ -207,26 +233,21 @@ export const make = <A>(
         const lane = WorkLane.make({
           queue: settings.durableQueue!,
           retry: settings.queueRetry,
-          ...context.laneParts,
-          metrics: hooks.metrics.queue
+          ...context.laneParts
         })
         return { drain: lane.drain, submit: (action) => lane.submit(action as WorkLane.LaneAction) }
       },
       laneActions,
       perform,
-      metricCounts: {
-        sent: () => counters.sent + counters.dispatched,
-        resent: () => counters.resent,
-        confirmed: () => counters.confirmed,
-        dropped: () => counters.dropped + counters.fenced
-      },
+      metricCounts: metricCountsOf(counters),
       dropped: (reason) => {
         if (reason === "UnverifiedSender") counters.fenced++
         else counters.dropped++
       },
       // A first binding sets an audit deadline the idle timer must learn about.
-      afterStep: (_, after) => {
+      afterStep: (before, after) => {
         if (after.nextAuditAt !== undefined) shell.wakeTimer()
+        observeConfirmed(before, after)
       }
     })
 

@@ -125,9 +125,16 @@ const queueMetrics = (labels: ReadonlyArray<MetricLabel.MetricLabel>): QueueMetr
   }
 }
 
-/** The metrics of one endpoint, tagged with its name and role. */
+/**
+ * Whether endpoints made in this fiber record metrics (default: yes). An internal switch: the
+ * bench turns it off to measure what the metrics cost.
+ */
+export const recording: FiberRef.FiberRef<boolean> = FiberRef.unsafeMake(true)
+
+/** The metrics of one endpoint, tagged with its name and role (`off` where `recording` is off). */
 export const make = (endpoint: string, role: Role): Effect.Effect<EndpointMetrics> =>
-  Effect.map(FiberRef.get(FiberRef.currentMetricLabels), (inherited) => {
+  Effect.zipWith(FiberRef.get(recording), FiberRef.get(FiberRef.currentMetricLabels), (on, inherited) => {
+    if (!on) return off
     const labels = [...inherited, MetricLabel.make("endpoint", endpoint), MetricLabel.make("role", role)]
     return {
       sent: counter(keys.sent, labels),
@@ -194,7 +201,7 @@ export const setGauges = (metrics: EndpointMetrics, gauges: FlowGauges): void =>
  * closes (the endpoint is gone: nothing is in flight or lagging there any more).
  */
 export const sampleGauges = (metrics: EndpointMetrics, sample: () => FlowGauges) =>
-  Effect.zipRight(
+  metrics === off ? Effect.void : Effect.zipRight(
     Effect.addFinalizer(() => Effect.sync(() => setGauges(metrics, noGauges))),
     Effect.forkScoped(Effect.repeat(Effect.sync(() => setGauges(metrics, sample())), Schedule.spaced(SampleInterval)))
   )

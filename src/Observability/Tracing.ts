@@ -6,7 +6,7 @@
  * under it the library opens no span on the hot path and a message carries nothing: the cost of
  * tracing that nobody reads is one comparison per call.
  */
-import { Effect, Option, Tracer } from "effect"
+import { Effect, Tracer } from "effect"
 import type { Fiber } from "effect"
 
 /** The names of the spans this library opens. */
@@ -25,9 +25,6 @@ const defaultTracer: Tracer.Tracer = Effect.runSync(Effect.tracer)
 
 /** True when the fiber runs under a tracer the application installed. */
 export const isTracing = (fiber: Fiber.RuntimeFiber<unknown, unknown>): boolean => fiber.currentTracer !== defaultTracer
-
-/** True when spans opened under `tracer` are worth opening (it is not the default one). */
-export const isRealTracer = (tracer: Tracer.Tracer): boolean => tracer !== defaultTracer
 
 const hex = (length: number) => new RegExp(`^[0-9a-f]{${length}}$`)
 const TraceId = hex(32)
@@ -93,9 +90,3 @@ export const withSpanIfTracing = <A, E, R>(
   options?: { readonly root?: boolean }
 ): Effect.Effect<A, E, R> =>
   Effect.withFiberRuntime((fiber) => isTracing(fiber) ? Effect.withSpan(effect, name, { attributes, root: options?.root }) : effect)
-
-/** The current span's `traceparent`, if any and sampled. */
-export const currentTraceparent: Effect.Effect<string | undefined> = Effect.map(
-  Effect.option(Effect.currentSpan),
-  (span) => Option.isSome(span) ? traceparentOf(span.value) : undefined
-)

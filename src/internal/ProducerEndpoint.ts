@@ -208,16 +208,65 @@ const startBacklog = (endpoint: string, settings: BacklogSettings, ingress: Ingr
     return backlog
   })
 
+/**
+ * The everyday send path: each call in a span when the caller has a tracer (its messages then
+ * carry the span's trace context), its send latency recorded. An answer there at once (a
+ * volatile flow with a grant in hand) took no measurable time.
+ */
+const sender = <A>(
+  endpoint: string,
+  encode: ReturnType<typeof encoder<A>>,
+  ingress: Ingress.Ingress,
+  metrics: Metrics.EndpointMetrics,
+  now: () => number,
+  closed: () => boolean
+) => {
+  const spanAttributes = { "effect_reliable.endpoint": endpoint }
+  const closedError = () => Exit.fail(new EndpointClosed({ name: endpoint }))
+
+  const submit = (items: ReadonlyArray<ProduceItem>): Effect.Effect<ReadonlyArray<Stored>, SendError> => {
+    const sent = ingress.send(items)
+    if (Exit.isExit(sent)) {
+      metrics.sendLatency.observe(0)
+      return sent as Exit.Exit<ReadonlyArray<Stored>, SendError>
+    }
+    const start = now()
+    return Effect.onExit(sent, () => Effect.sync(() => metrics.sendLatency.observe(now() - start)))
+  }
+
+  const send = (payload: A, options?: SendOptions): Effect.Effect<Stored, SendError> =>
+    Tracing.withSendSpan(Tracing.SpanNames.send, spanAttributes, (span) => {
+      if (closed()) return closedError()
+      const item = encode(payload, options?.messageId)
+      if (Either.isLeft(item)) return Exit.fail(item.left)
+      const sent = submit([span === undefined ? item.right : Tracing.tracedItem(item.right, span)])
+      if (!Exit.isExit(sent)) return Effect.map(sent, (stored) => stored[0])
+      const settled = sent as Exit.Exit<ReadonlyArray<Stored>, SendError>
+      return Exit.isSuccess(settled) ? Exit.succeed(settled.value[0]) : settled as Exit.Exit<never, SendError>
+    })
+
+  const sendAll = (messages: Iterable<Message<A>>): Effect.Effect<ReadonlyArray<Stored>, SendError> =>
+    Tracing.withSendSpan(Tracing.SpanNames.send, spanAttributes, (span) => {
+      if (closed()) return closedError()
+      const items = encodeAll(encode, messages)
+      if (Either.isLeft(items)) return Exit.fail(items.left)
+      if (items.right.length === 0) return Exit.succeed([])
+      return submit(span === undefined ? items.right : items.right.map((item) => Tracing.tracedItem(item, span)))
+    })
+
+  return { send, sendAll }
+}
+
 /** `enqueue` and `enqueueAll`: into the backlog, group-committed; refused without a durable queue. */
 const enqueuer = <A>(
   endpoint: string,
   codec: PayloadCodec<A>,
   backlog: Backlog | undefined,
-  closed: () => boolean,
-  spanAttributes: Record<string, unknown>
+  closed: () => boolean
 ) => {
   // A binary payload is copied: the queue keeps it, and the caller may reuse its array.
   const encodeKept = encoder(endpoint, codec, (bytes) => bytes.slice())
+  const spanAttributes = { "effect_reliable.endpoint": endpoint }
   const noBacklog = () =>
     Exit.fail(
       new ReliableConfigError({
@@ -236,6 +285,7 @@ const enqueuer = <A>(
       return Effect.flatMap(Effect.clockWith((clock) => clock.currentTimeMillis), (at) =>
         Tracing.withSendSpan(Tracing.SpanNames.send, spanAttributes, (span) =>
           backlog.batcher.enqueue(items.right.map((item) => {
+            // A sampled sender's trace context is kept with the backlog entry, and travels on from there.
             const trace = span === undefined ? undefined : Tracing.tracedItem(item, span).trace
             return trace === undefined ? { messageId: item.messageId, payload: item.payload, at } : { messageId: item.messageId, payload: item.payload, at, trace }
           }))))
@@ -316,43 +366,9 @@ export const make = <A, C extends EndpointController<A>>(
     })
 
     const closedError = () => Exit.fail(new EndpointClosed({ name: record.name }))
-    const spanAttributes = { "effect_reliable.endpoint": record.name }
+    const { send, sendAll } = sender(record.name, encode, ingress, metrics, () => clock.unsafeCurrentTimeMillis(), () => closed)
 
-    /**
-     * Hands items to the ingress and records the call's send latency: an answer there at once
-     * (a volatile flow with a grant in hand) took no measurable time.
-     */
-    const submit = (items: ReadonlyArray<ProduceItem>): Effect.Effect<ReadonlyArray<Stored>, SendError> => {
-      const sent = ingress.send(items)
-      if (Exit.isExit(sent)) {
-        metrics.sendLatency.observe(0)
-        return sent as Exit.Exit<ReadonlyArray<Stored>, SendError>
-      }
-      const start = clock.unsafeCurrentTimeMillis()
-      return Effect.onExit(sent, () => Effect.sync(() => metrics.sendLatency.observe(clock.unsafeCurrentTimeMillis() - start)))
-    }
-
-    const send = (payload: A, options?: SendOptions): Effect.Effect<Stored, SendError> =>
-      Tracing.withSendSpan(Tracing.SpanNames.send, spanAttributes, (span) => {
-        if (closed) return closedError()
-        const item = encode(payload, options?.messageId)
-        if (Either.isLeft(item)) return Exit.fail(item.left)
-        const sent = submit([span === undefined ? item.right : Tracing.tracedItem(item.right, span)])
-        if (!Exit.isExit(sent)) return Effect.map(sent, (stored) => stored[0])
-        const settled = sent as Exit.Exit<ReadonlyArray<Stored>, SendError>
-        return Exit.isSuccess(settled) ? Exit.succeed(settled.value[0]) : settled as Exit.Exit<never, SendError>
-      })
-
-    const sendAll = (messages: Iterable<Message<A>>): Effect.Effect<ReadonlyArray<Stored>, SendError> =>
-      Tracing.withSendSpan(Tracing.SpanNames.send, spanAttributes, (span) => {
-        if (closed) return closedError()
-        const items = encodeAll(encode, messages)
-        if (Either.isLeft(items)) return Exit.fail(items.left)
-        if (items.right.length === 0) return Exit.succeed([])
-        return submit(span === undefined ? items.right : items.right.map((item) => Tracing.tracedItem(item, span)))
-      })
-
-    const { enqueue, enqueueAll } = enqueuer(record.name, codec, backlog, () => closed, spanAttributes)
+    const { enqueue, enqueueAll } = enqueuer(record.name, codec, backlog, () => closed)
 
     const produce = (produced: Produced<A>): Effect.Effect<Stored, SendError> =>
       Effect.suspend((): Effect.Effect<Stored, SendError> => {

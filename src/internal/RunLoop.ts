@@ -45,6 +45,18 @@ export interface RunLoop<R> {
   readonly stop: (fiber: Fiber.RuntimeFiber<never, EndpointClosed>, drainTimeout: Duration.Duration) => Effect.Effect<void>
 }
 
+/**
+ * A traced delivery's attempt, in a span whose parent is the sender's span, followed on success
+ * by its confirmation in a span inside that one: the trace goes send -> deliver -> confirm.
+ */
+const traced = <A, E, R>(endpoint: string, delivery: Delivery<A>, trace: string, attempt: Effect.Effect<void, E, R>, confirm: Effect.Effect<void>) =>
+  Tracing.withRemoteParent(
+    Tracing.SpanNames.deliver,
+    trace,
+    { "effect_reliable.endpoint": endpoint, "messaging.message.id": delivery.messageId, "effect_reliable.attempt": delivery.attempt },
+    Effect.zipRight(attempt, Effect.withSpan(confirm, Tracing.SpanNames.confirm))
+  )
+
 export const make = <A, E, R, R2>(
   handoff: Handoff<Delivery<A>>,
   handler: (delivery: Delivery<A>) => Effect.Effect<void, E, R>,
@@ -119,27 +131,16 @@ export const make = <A, E, R, R2>(
     }
   }
 
-  // A traced delivery: its attempt runs in a span whose parent is the sender's, and its
-  // confirmation in a span inside that one.
-  const tracedContinuations = {
-    onFailure: continuations.onFailure,
-    onSuccess: (): Effect.Effect<void> => Effect.void
-  }
-  const confirmTraced = Effect.withSpan(Effect.sync(() => continuations.onSuccess()), Tracing.SpanNames.confirm)
-  const spanAttributes = { "effect_reliable.endpoint": policy.endpoint }
+  // A traced delivery confirms inside its span (see `traced`).
+  const tracedContinuations = { onFailure: continuations.onFailure, onSuccess: (): Effect.Effect<void> => Effect.void }
+  const confirmCurrent = Effect.sync(() => continuations.onSuccess())
 
   const process = (delivery: Delivery<A>): Effect.Effect<void, never, R | R2> => {
     busy = true
     current = delivery
     const trace = (delivery as Partial<ControllerDelivery<A>>).trace
     if (trace === undefined) return Effect.matchCauseEffect(attemptOf(delivery), continuations)
-    const attempt = Tracing.withRemoteParent(
-      Tracing.SpanNames.deliver,
-      trace,
-      { ...spanAttributes, "messaging.message.id": delivery.messageId, "effect_reliable.attempt": delivery.attempt },
-      Effect.zipRight(attemptOf(delivery), confirmTraced)
-    )
-    return Effect.matchCauseEffect(attempt, tracedContinuations)
+    return Effect.matchCauseEffect(traced(policy.endpoint, delivery, trace, attemptOf(delivery), confirmCurrent), tracedContinuations)
   }
 
   const step: Effect.Effect<void, EndpointClosed, R | R2> = Effect.suspend(() => stopping ? Effect.interrupt : Effect.flatMap(handoff.take(), process))

@@ -150,7 +150,9 @@ describe("metrics", () => {
       yield* TestClock.adjust(Metrics.SampleInterval)
       expect((yield* WorkPulling.stats(dispatcher)).oldestPendingAgeMillis).toBe(0)
       expect(yield* gauge(Metrics.keys.oldestPendingAge, dispatcher, "work_producer")).toBe(0)
-      expect(yield* counter(Metrics.keys.confirmed, dispatcher, "work_producer")).toBe((yield* WorkPulling.stats(dispatcher)).confirmed)
+      const confirmed = (yield* WorkPulling.stats(dispatcher)).confirmed
+      expect(yield* counter(Metrics.keys.confirmed, dispatcher, "work_producer")).toBe(confirmed)
+      expect(yield* histogramCount(Metrics.keys.endToEndLatency, dispatcher, "work_producer")).toBe(confirmed)
     }).pipe(Effect.provide(memorySystem()))
   })
 })

@@ -4,7 +4,8 @@
  * read-only page and requeue a dead letter back into the flow when enabled.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Deferred, Effect, Schedule, Schema } from "effect"
+import { WorkPulling } from "effect-reliable"
 import * as Ops from "effect-reliable/ops"
 import { waitUntil } from "../support/Nodes.js"
 import { call, queueWhen, startFlow, systemLayer } from "./OpsFlow.js"
@@ -72,7 +73,35 @@ describe("operations page API", () => {
       expect(flow.accepted).not.toContain(5)
     }).pipe(Effect.provide(systemLayer)))
 
-  it.scopedLive("serves the page, Prometheus text at /metrics, and refuses bad options", () =>
+  it.scopedLive("a work-pulling pool shows each worker's in-flight jobs as WorkPulling.stats does", () =>
+    Effect.gen(function*() {
+      const Job = Schema.Struct({ n: Schema.Number })
+      const producer = yield* WorkPulling.producer({ name: "jobs", payload: Job })
+      const release = yield* Deferred.make<void>()
+      for (const [name, window] of [["worker-a", 2], ["worker-b", 3]] as const) {
+        const worker = yield* WorkPulling.worker({ name, producer: "jobs", payload: Job, window, concurrency: window })
+        yield* Effect.forkScoped(worker.run(() => Deferred.await(release)))
+      }
+      yield* Effect.forkScoped(Effect.forEach(Array.from({ length: 8 }, (_, n) => n), (n) => producer.send({ n }), { discard: true }))
+      const page = yield* Ops.make({ port: 0 })
+      const pool = Effect.map(call(page, "api/snapshot"), (answer) => answer.body.endpoints.find((endpoint: { name: string }) => endpoint.name === "jobs").pool)
+      // Both workers hold a full window (2 + 3), the other jobs wait: the pool stands still.
+      const held = (state: { perWorker: Array<{ inFlight: number }> }) => state.perWorker.reduce((sum, worker) => sum + worker.inFlight, 0)
+      const shown = yield* pool.pipe(
+        Effect.filterOrFail((state) => state !== undefined && state.workers === 2 && held(state) === 5, (state) => new Error(`the pool has not filled yet: ${JSON.stringify(state)}`)),
+        Effect.retry(Schedule.spaced("20 millis")),
+        Effect.timeout("10 seconds")
+      )
+      const stats = yield* WorkPulling.stats("jobs")
+      expect(shown.perWorker.map((worker: { worker: string; inFlight: number }) => [worker.worker, worker.inFlight]).sort())
+        .toEqual(stats.perWorker.map((worker) => [worker.worker, worker.inFlight]).sort())
+      expect(shown.perWorker.map((worker: { inFlight: number }) => worker.inFlight).sort()).toEqual([2, 3])
+      const kinds = (yield* call(page, "api/snapshot")).body.endpoints.map((endpoint: { name: string; kind: string }) => [endpoint.name, endpoint.kind])
+      expect(kinds).toEqual([["jobs", "WorkProducer"], ["worker-a", "Worker"], ["worker-b", "Worker"]])
+      yield* Deferred.succeed(release, undefined)
+    }).pipe(Effect.provide(systemLayer)))
+
+  it.scopedLive("serves the page, Prometheus text at /metrics, a web handler to mount elsewhere, and refuses bad options", () =>
     Effect.gen(function*() {
       const page = yield* Ops.make({ port: 0 })
       expect(page.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/$/)
@@ -84,6 +113,10 @@ describe("operations page API", () => {
       expect(metrics.type).toContain("text/plain")
       expect(metrics.body).toMatch(/^# TYPE /m)
       expect((yield* call(page, "api/nothing")).status).toBe(404)
+      const handler = yield* Ops.webHandler()
+      const answer = yield* Effect.promise(() => handler(new Request("http://app.internal/api/snapshot")))
+      expect(answer.status).toBe(200)
+      expect(yield* Effect.promise(() => answer.json())).toMatchObject({ node: "memory", actions: false })
       expect(yield* Effect.flip(Ops.make({ port: -1 }))).toMatchObject({ _tag: "ReliableConfigError", option: "port" })
       expect(yield* Effect.flip(Ops.make({ port: 0, action: true } as Ops.OpsOptions))).toMatchObject({ _tag: "ReliableConfigError", option: "action" })
     }).pipe(Effect.provide(systemLayer)))

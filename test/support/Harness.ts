@@ -82,12 +82,18 @@ export const advanceTo = (millis: number) =>
     yield* settle
   })
 
+/** A condition's own source, as the label of a wait that was given none. */
+const labelOf = (done: () => boolean): string => {
+  const source = done.toString().replace(/\s+/g, " ")
+  return source.length > 160 ? `${source.slice(0, 157)}...` : source
+}
+
 /**
  * The kit's `advanceUntil` (`effect-reliable/testing`) with positional step and limit: advances
- * the TestClock until `done` holds; after `limitMs` of test time fails naming `label`, with the
- * stats of the system in context.
+ * the TestClock until `done` holds; after `limitMs` of test time fails naming `label` (by default
+ * the condition's source), with the stats of the system in context.
  */
-export const advanceUntil = (done: () => boolean, stepMs: number, limitMs: number, label = "the condition") =>
+export const advanceUntil = (done: () => boolean, stepMs: number, limitMs: number, label = labelOf(done)) =>
   Testing.advanceUntil(done, { label, step: Duration.millis(stepMs), within: Duration.millis(limitMs) })
 
 /** Drains what is queued in an inbox right now. */

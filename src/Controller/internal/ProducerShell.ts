@@ -112,6 +112,8 @@ export interface ShellContext<Ev> {
 export interface LaneParts<Ev> {
   readonly runFork: <A, E>(effect: Effect.Effect<A, E>) => Fiber.RuntimeFiber<A, E>
   readonly health: HealthReporter
+  /** Where the lane counts its queue calls. */
+  readonly metrics: Metrics.QueueMetrics
   readonly now: () => number
   /** A durable operation finished; the event goes through the controller's machine. */
   readonly completed: (event: (now: number) => Ev) => void
@@ -127,6 +129,7 @@ const laneParts = <Ev>(
 ): LaneParts<Ev> => ({
   runFork: parts.runFork,
   health: parts.health,
+  metrics: parts.metrics,
   now: parts.now,
   completed: (event) => parts.dispatch(event(parts.now())),
   failed: (stage, cause, terminal) => {
@@ -242,6 +245,27 @@ const performCommon = (action: CommonAction, parts: CommonParts): void => {
   }
 }
 
+/** Adds the controller's counts to the endpoint's counter metrics (after each fold). */
+const counterSync = (counts: MetricCounts, metrics: Metrics.EndpointMetrics) =>
+  Metrics.counterSync([
+    [counts.sent, metrics.sent],
+    [counts.resent, metrics.resent],
+    [counts.confirmed, metrics.confirmed],
+    [counts.dropped, metrics.dropped]
+  ])
+
+/**
+ * Graceful shutdown, before the endpoint closes the controller (not on a respawn or a restart,
+ * which replace it at once): calls are refused from now on (`startClosing`), the store in flight
+ * completes and every confirmation received so far is written, so a clean restart redelivers
+ * nothing that was confirmed.
+ */
+const drainOf = <Act>(lane: Lane<Act> | undefined, drainTimeout: Duration.Duration, finished: () => boolean, startClosing: () => void) =>
+  Effect.suspend(() => {
+    startClosing()
+    return lane === undefined || finished() ? Effect.void : drainWithin(drainTimeout, lane.drain)
+  })
+
 export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
   options: ShellOptions<S, Ev, Act, A>
 ): Effect.Effect<Shell<S, A>, never, Scope.Scope> =>
@@ -277,16 +301,10 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
       dispatch: (event) => void dispatch(event),
       stop,
       post: (envelope) => void (envelopes ??= []).push(envelope),
-      laneParts: laneParts<Ev>({ runFork, health: hooks.health, now, dispatch: (event) => void dispatch(event), stop })
+      laneParts: laneParts<Ev>({ runFork, health: hooks.health, metrics: hooks.metrics.queue, now, dispatch: (event) => void dispatch(event), stop })
     }
     const lane = options.lane?.(context)
-    const counts = options.metricCounts
-    const syncCounters = Metrics.counterSync([
-      [counts.sent, hooks.metrics.sent],
-      [counts.resent, hooks.metrics.resent],
-      [counts.confirmed, hooks.metrics.confirmed],
-      [counts.dropped, hooks.metrics.dropped]
-    ])
+    const syncCounters = counterSync(options.metricCounts, hooks.metrics)
 
     const perform = (actions: ReadonlyArray<Act>) => {
       for (const action of actions) {
@@ -335,16 +353,7 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
       })
     )
 
-    /**
-     * Graceful shutdown, before the endpoint closes the controller (not on a respawn or a
-     * restart, which replace it at once): calls are refused from now on, the store in flight
-     * completes and every confirmation received so far is written, so a clean restart
-     * redelivers nothing that was confirmed.
-     */
-    const drain = Effect.suspend(() => {
-      closing = true
-      return lane === undefined || finished() ? Effect.void : drainWithin(options.drainTimeout, lane.drain)
-    })
+    const drain = drainOf(lane, options.drainTimeout, finished, () => void (closing = true))
 
     const started = options.initial(now())
     state = started.state

@@ -7,6 +7,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Chunk, Effect, Exit, Fiber, Layer, Queue, Schema } from "effect"
 import * as Consumer from "../src/Consumer.js"
+import type { DurableProducerQueueService } from "../src/DurableQueue/DurableProducerQueue.js"
 import * as MemoryProducerQueue from "../src/DurableQueue/MemoryProducerQueue.js"
 import { QueueBackendError, QueueRejected } from "../src/DurableQueue/QueueErrors.js"
 import * as Producer from "../src/Producer.js"
@@ -66,6 +67,35 @@ describe("healing", () => {
       watched.delay("storeAccepted", 0)
       yield* advanceUntil(() => seen.includes(2), 100, 30_000)
       expect(yield* events).toEqual(["ReliableRecovered"])
+    }).pipe(Effect.provide(system())))
+
+  it.scoped("a store that committed but whose answer never came (timed out) is delivered once its retry finds it stored", () =>
+    Effect.gen(function*() {
+      const memory = yield* MemoryProducerQueue.makeMemory
+      let loseNextAnswer = false
+      // The store commits, then its answer is lost: the call hangs until the lane's timeout.
+      const queue: DurableProducerQueueService = {
+        ...memory,
+        storeAccepted: (epoch, requests) =>
+          Effect.flatMap(memory.storeAccepted!(epoch, requests), (results) => {
+            if (!loseNextAnswer) return Effect.succeed(results)
+            loseNextAnswer = false
+            return Effect.as(Effect.never, results)
+          })
+      }
+      const failures = yield* ReliableSystem.subscribeFailures
+      const producer = yield* Producer.make({ name: "p", consumer: "c", payload: Order, durableQueue: queue })
+      const consumer = yield* Consumer.make({ name: "c", producer: "p", payload: Order, resendInterval: "200 millis" })
+      const seen: Array<number> = []
+      yield* Effect.forkScoped(consumer.run((delivery) => Effect.sync(() => void seen.push(delivery.payload.id))))
+      yield* producer.send({ id: 1 })
+      yield* advanceUntil(() => seen.length === 1, 50, 5_000)
+      loseNextAnswer = true
+      const pending = yield* Effect.fork(producer.send({ id: 2 }))
+      yield* advanceUntil(() => seen.includes(2), 100, 30_000)
+      yield* Fiber.join(pending)
+      expect(seen).toEqual([1, 2])
+      expect(yield* Queue.size(failures)).toBe(0)
     }).pipe(Effect.provide(system())))
 
   it.scoped("a reload that keeps failing is retried with a capped backoff: about one second apart at most", () =>

@@ -1,11 +1,13 @@
 /**
  * Durable flows heal from real database outages by themselves, on real PostgreSQL under the live
- * clock: a proxy in front of the server cuts every connection (1 s, 10 s), or leaves calls
- * hanging (a blackhole, healed by the queue timeout); a throwaway cluster of the test's own is
- * restarted with `pg_ctl restart -m immediate` mid-flow, and stopped while the producer restarts.
- * Nobody calls `respawn`. Each scenario checks that nothing accepted is lost, that only messages
- * not yet confirmed come twice, that exactly one degraded and one recovered event are published
- * and no failure; it prints the time from the database's return to the flow's first new delivery.
+ * clock: a proxy in front of the server cuts every connection (1 s, 10 s, 60 s), or leaves calls
+ * hanging (a blackhole, healed by the queue timeout, also while the reload hangs); a throwaway
+ * cluster of the test's own is restarted with `pg_ctl restart -m immediate` mid-flow, and stopped
+ * while the producer restarts. Nobody calls `respawn`. Each scenario checks that nothing accepted
+ * is lost, that only messages not yet confirmed come twice, that exactly one degraded and one
+ * recovered event are published and no failure; it prints the time from the database's return to
+ * the flow's first new delivery (of a message never delivered before). One more checks that the
+ * backlog signal (`LISTEN`) comes back after an outage.
  *
  * The 60 s outage runs scaled by default: backoff and timeout ten times shorter and a 6 s outage
  * take the flow through the same steps (the backoff reaches its cap and stays there) in a tenth
@@ -27,7 +29,7 @@ import * as ThrowawayPg from "./support/ThrowawayPg.js"
 const probe = await probePostgres
 const tablePrefix = `outage_${uniqueSuffix()}_`
 // Drops this file's tables at the end, through a direct connection (the proxies are gone by then).
-sharedClient(pgClientLayer, dropTables(tablePrefix))
+if (probe.reachable) sharedClient(pgClientLayer, dropTables(tablePrefix))
 
 const report = (scenario: string, resumeMs: number) =>
   Effect.sync(() => console.log(`outage resume: ${scenario}: ${resumeMs} ms from the database's return to the first new delivery`))
@@ -126,6 +128,17 @@ describePostgres(probe, "database outages (PostgreSQL behind a proxy, live clock
         expect(resumeMs).toBeLessThan(2_000)
       })), 90_000)
 
+  it.live("a 12 s blackhole with a 1 s queue timeout: the stores time out, the reloads hang and time out too, and are retried", () =>
+    proxied((proxy, client) =>
+      Effect.gen(function*() {
+        const { flow } = yield* OutageFlow.workPulling(client, tablePrefix, { queueTimeout: "1 second" })
+        const outage: Outage = { begin: proxy.blackhole, end: proxy.heal, lastsMs: 12_000 }
+        const { outageAt, resumeMs } = yield* throughOutage(flow, outage, { count: 3 })
+        yield* report("12 s blackhole (queueTimeout 1 s), work-pulling", resumeMs)
+        expect(OutageFlow.check(flow, outageAt)).toBeUndefined()
+        expect(resumeMs).toBeLessThan(2_000)
+      })), 90_000)
+
   it.live("after an outage, a message another process writes into the backlog is signalled at once, not found by the next poll", () =>
     proxied((proxy, client) =>
       Effect.gen(function*() {
@@ -170,6 +183,17 @@ const restarts = () => {
         yield* report("restart (pg_ctl restart -m immediate), send", resumeMs)
         expect(OutageFlow.check(flow, outageAt)).toBeUndefined()
         expect(OutageFlow.orderViolation(flow)).toBeUndefined()
+        expect(resumeMs).toBeLessThan(2_000)
+      })), 120_000)
+
+  it.live("pg_ctl restart -m immediate mid-flow (work-pulling)", () =>
+    throwaway((cluster, client) =>
+      Effect.gen(function*() {
+        const { flow } = yield* OutageFlow.workPulling(client, tablePrefix)
+        const outage: Outage = { begin: cluster.restartImmediate, end: Effect.void, lastsMs: 0 }
+        const { outageAt, resumeMs } = yield* throughOutage(flow, outage, { count: 3 })
+        yield* report("restart (pg_ctl restart -m immediate), work-pulling", resumeMs)
+        expect(OutageFlow.check(flow, outageAt)).toBeUndefined()
         expect(resumeMs).toBeLessThan(2_000)
       })), 120_000)
 

@@ -4,8 +4,9 @@
  * a queue without `storeAccepted`), and a store and accept in one transaction (`storeAccepted`).
  *
  * A store the queue refuses for its content is answered (`StoreRejected`) instead of retried. A
- * one-transaction store that failed once and was retried may find its first attempt committed
- * (the answer lost): `retried` tells the machine that an `accepted` answer may be its own doing.
+ * one-transaction store that failed or timed out once and was retried may find its first attempt
+ * committed (the answer lost): `retried` tells the machine that an `accepted` answer may be its
+ * own doing.
  */
 import { Effect } from "effect"
 import type { DurableQueueError } from "../../DurableQueue/QueueErrors.js"
@@ -96,8 +97,10 @@ export const make = <Item extends { readonly messageId: string }, Result>(
   ): Effect.Effect<void> => {
     let retried = false
     let fallBack = false
+    // An attempt cut short by the lane's timeout (interrupted, no error of its own) may have
+    // committed as surely as one that failed: both make the next attempt a retry.
     const tracked = attempt.pipe(
-      Effect.tapError(() =>
+      Effect.onError(() =>
         Effect.sync(() => {
           retried = true
         })

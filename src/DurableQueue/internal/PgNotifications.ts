@@ -42,7 +42,10 @@ const relisten = Schedule.exponential(Duration.millis(100)).pipe(Schedule.either
 /** How often the listener checks its connection with a heartbeat, and how long one may take to arrive. */
 export const HeartbeatInterval = Duration.seconds(1)
 
-/** What subscribers receive: a payload, or `Missed` after a new listen (notifications may have been lost). */
+/**
+ * What subscribers receive: a payload, or `Missed` once a listen is in place (notifications sent
+ * before it, at the start or while the connection was being replaced, were not heard).
+ */
 export const Missed = Symbol.for("effect-reliable/PgNotifications/Missed")
 export type Notification = string | typeof Missed
 
@@ -58,10 +61,10 @@ const FirstHeartbeatTries = 20
 /**
  * Listens to `channel` until the connection is found dead; fails then (or when `listen` fails).
  * A heartbeat that could not be sent (the server is down) proves nothing and is tried again.
- * On a listen after the first, the first heartbeat heard (the connection's LISTENs are in place)
- * publishes `Missed`: whatever was notified while nobody listened is looked for once.
+ * The first heartbeat heard (the connection's LISTENs are in place) publishes `Missed`: whatever
+ * was notified while nobody listened yet is looked for once.
  */
-const listenOnce = (listener: PgListener, channel: string, publish: (notification: Notification) => Effect.Effect<unknown>, again: boolean) =>
+const listenOnce = (listener: PgListener, channel: string, publish: (notification: Notification) => Effect.Effect<unknown>) =>
   Effect.gen(function*() {
     const heartbeat = `reliable_heartbeat_${randomUUID().replaceAll("-", "").slice(0, 16)}`
     const heard = new Signal()
@@ -70,18 +73,21 @@ const listenOnce = (listener: PgListener, channel: string, publish: (notificatio
       Stream.map(listener.listen(heartbeat), () => heard.fire())
     ).pipe(Stream.runDrain)
     const lost = new ListenerLost({ channel })
-    /** Notifies the heartbeat channel; true when it arrived within `within`, false when it did not, undefined when unsent. */
+    /**
+     * Notifies the heartbeat channel; true when it arrived within `within`, false when it did not,
+     * undefined when it could not be sent (after waiting as long, so tries stay apart).
+     */
     const beat = (within: Duration.Duration) =>
       Effect.gen(function*() {
         const arrival = heard.next()
         const sent = yield* listener.notify(heartbeat, "beat").pipe(Effect.timeout(HeartbeatInterval), Effect.either)
-        if (sent._tag === "Left") return undefined
+        if (sent._tag === "Left") return yield* Effect.as(Effect.sleep(within), undefined)
         return Option.isSome(yield* Effect.option(Effect.timeout(arrival, within)))
       })
     const first = beat(FirstHeartbeatEvery).pipe(
       Effect.repeat({ until: (arrived) => arrived === true, times: FirstHeartbeatTries - 1 }),
       Effect.filterOrFail((arrived) => arrived === true, () => lost),
-      Effect.zipRight(again ? publish(Missed) : Effect.void)
+      Effect.zipRight(publish(Missed))
     )
     const steady = Effect.zipRight(Effect.sleep(HeartbeatInterval), beat(HeartbeatInterval)).pipe(
       Effect.repeat({ while: (arrived) => arrived !== false }),
@@ -89,7 +95,7 @@ const listenOnce = (listener: PgListener, channel: string, publish: (notificatio
     )
     // A dead connection may also fail the `UNLISTEN` of the stream's end as a defect: any end is
     // a reason to listen again.
-    return yield* Effect.raceFirst(listening, Effect.zipRight(first, steady)).pipe(
+    return yield* Effect.raceFirst(Effect.zipRight(listening, Effect.fail(lost)), Effect.zipRight(first, steady)).pipe(
       Effect.sandbox,
       Effect.mapError(() => lost)
     )
@@ -111,13 +117,11 @@ const join = (listener: PgListener, channel: string): Effect.Effect<Listening> =
       return found
     }
     const notifications = yield* PubSub.sliding<Notification>(bufferSize)
-    let attempts = 0
     const scope = yield* Scope.make()
     // joining runs uninterruptibly (it acquires a subscription), and a fork inherits that
     yield* Effect.forkIn(
       Effect.interruptible(
-        Effect.suspend(() => listenOnce(listener, channel, (notification) => PubSub.publish(notifications, notification), attempts++ > 0))
-          .pipe(Effect.retry(relisten))
+        Effect.retry(listenOnce(listener, channel, (notification) => PubSub.publish(notifications, notification)), relisten)
       ),
       scope
     )
@@ -136,7 +140,7 @@ const leave = (listener: PgListener, channel: string, listening: Listening): Eff
 
 /**
  * The payloads notified on `channel`, from the client's one listener of it, and `Missed` when
- * some may have been lost (the listener's connection was replaced); the stream never fails.
+ * some may have been lost (before the listen was in place); the stream never fails.
  */
 export const notifications = (listener: PgListener, channel: string): Stream.Stream<Notification> =>
   Stream.unwrapScoped(

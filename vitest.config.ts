@@ -1,6 +1,18 @@
+import { fileURLToPath } from "node:url"
 import { defineConfig } from "vitest/config"
 
+const source = (path: string) => fileURLToPath(new URL(path, import.meta.url))
+
 export default defineConfig({
+  resolve: {
+    // Tests import the package's entry points by name, as an app does (tsconfig.json's paths).
+    alias: [
+      { find: /^effect-reliable\/conformance$/, replacement: source("./src/Conformance.ts") },
+      { find: /^effect-reliable\/testing$/, replacement: source("./src/Testing.ts") },
+      { find: /^effect-reliable\/ops$/, replacement: source("./src/Ops.ts") },
+      { find: /^effect-reliable$/, replacement: source("./src/index.ts") }
+    ]
+  },
   test: {
     include: ["test/**/*.test.ts"],
     testTimeout: 60_000,

@@ -8,6 +8,9 @@ import * as Chunked from "./chunked.js"
 import * as ClusterBench from "./cluster.js"
 import * as Competitors from "./competitors.js"
 import * as Durable from "./durable.js"
+import * as Observability from "./observability.js"
+import * as Ingress from "./ingress.js"
+import * as IngressRemote from "./ingressRemote.js"
 import * as PointToPoint from "./pointToPoint.js"
 import * as Remote from "./remote.js"
 import * as WorkPullingBench from "./workPulling.js"
@@ -22,6 +25,10 @@ export const cases: Record<string, Case> = {
   "p2p-send-1m": () => run(PointToPoint.send(1_000_000)),
   "p2p-send-10m": () => run(PointToPoint.send(10_000_000)),
   "p2p-sendAll-1m": () => run(PointToPoint.sendAll(1_000_000)),
+  // what observing a flow costs: the same send loop with metrics off, on, and with a tracer
+  "obs-send-1m-metrics-off": () => run(Observability.metricsOff(1_000_000)),
+  "obs-send-1m-metrics-on": () => run(Observability.metricsOn(1_000_000)),
+  "obs-send-100k-traced": () => run(Observability.traced(100_000)),
   "p2p-sendAll-1m-w1000": () => run(PointToPoint.sendAll(1_000_000, 1000)),
   "durable-sqlite-send-20k": () => run(Durable.sqliteSend(20_000)),
   "durable-sqlite-sendAll-100k": () => run(Durable.sqliteSendAll(100_000)),
@@ -47,5 +54,17 @@ export const cases: Record<string, Case> = {
   // cluster mode: the single-process durable figure first, the cross-node one beside it
   "cluster-single-process-pg-200k": () => run(WorkPullingBench.durablePg(200_000, 2, 250)),
   "cluster-pg-200k-2-worker-nodes": () => run(ClusterBench.crossNode(200_000, 250)),
-  "cluster-resume-after-kill": () => run(ClusterBench.resume(500))
+  "cluster-resume-after-kill": () => run(ClusterBench.resume(500)),
+  // how work enters a flow: many one-at-a-time senders against one sender in the same run
+  "ingress-pg-500-fibers": () => run(Ingress.postgresSenders(500, 40, 2_000)),
+  "ingress-sqlite-100-fibers": () => run(Ingress.sqliteSenders(100, 40, 2_000)),
+  "ingress-memory-1000-fibers": () => run(Ingress.memorySenders(1_000, 100, 100_000)),
+  "ingress-pg-enqueue-1m": () => run(Ingress.postgresEnqueue(1_000_000, 1_000)),
+  "ingress-pg-outbox-writers": () => run(Ingress.postgresOutbox(16, 1_000)),
+  "ingress-sink-100k": () => run(Ingress.sinkVersusSendAll(100_000)),
+  // remote and durable together, beside RabbitMQ with the same guarantee
+  "ingress-remote-pg-200k-w1000": () => run(IngressRemote.remoteDurable(200_000, 1000)),
+  "ingress-rabbitmq-200k-prefetch1000": () => run(IngressRemote.rabbitMq(200_000, 1000)),
+  "ingress-remote-pg-200k-w5000": () => run(IngressRemote.remoteDurable(200_000, 5000)),
+  "ingress-rabbitmq-200k-prefetch5000": () => run(IngressRemote.rabbitMq(200_000, 5000))
 }

@@ -11,7 +11,8 @@ import { measure } from "./Row.js"
 
 const Order = Schema.Struct({ orderId: Schema.Number, customer: Schema.String })
 
-const flow = (messages: number, window: number, batch: number) =>
+/** `messages` sent on one flow, `batch` per call (1: `send`), until the consumer has them all. */
+export const flow = (messages: number, window: number, batch: number) =>
   Effect.gen(function*() {
     const producer = yield* Producer.make({ name: "bench-out", consumer: "bench-in", payload: Order })
     const consumer = yield* Consumer.make({ name: "bench-in", producer: "bench-out", payload: Order, window })

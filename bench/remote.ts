@@ -23,11 +23,11 @@ import type { Row } from "./Row.js"
 const host = "127.0.0.1"
 // Run from sources (tsx) or from compiled JavaScript alike.
 const fromSources = import.meta.url.endsWith(".ts")
-const consumerScript = fileURLToPath(new URL(fromSources ? "./remoteConsumer.ts" : "./remoteConsumer.js", import.meta.url))
-const consumerArgs = [
+/** Node's arguments to run the bench script `name` (without extension) as a consumer process. */
+const consumerArgs = (name: string) => [
   ...(process.env.BENCH_CONSUMER_ARGS ?? "").split(" ").filter((arg) => arg.length > 0),
   ...(fromSources ? ["--import", "tsx"] : []),
-  consumerScript
+  fileURLToPath(new URL(`./${name}.${fromSources ? "ts" : "js"}`, import.meta.url))
 ]
 const Batch = 1000
 
@@ -46,12 +46,15 @@ const testCertificates = Effect.acquireRelease(
   ({ dir }) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
 )
 
-/** The consumer process: its port, and a Deferred completed with its peak RSS and CPU time when it is done. */
-const spawnConsumer = (producerPort: number, messages: number, window: number, tlsEnv: Record<string, string>) =>
+/**
+ * The consumer process (the bench script `script`, default `remoteConsumer`): its port, and a
+ * Deferred completed with its peak RSS and CPU time when it is done.
+ */
+export const spawnConsumer = (producerPort: number, messages: number, window: number, tlsEnv: Record<string, string>, script = "remoteConsumer") =>
   Effect.gen(function*() {
     const child = yield* Effect.acquireRelease(
       Effect.sync(() =>
-        ChildProcess.spawn(process.execPath, consumerArgs, {
+        ChildProcess.spawn(process.execPath, consumerArgs(script), {
           env: { ...process.env, PEER_PORT: String(producerPort), MESSAGES: String(messages), WINDOW: String(window), ...tlsEnv },
           stdio: ["pipe", "pipe", "inherit"]
         })

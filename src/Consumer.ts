@@ -9,7 +9,7 @@ import * as ConsumerEndpoint from "./internal/ConsumerEndpoint.js"
 import type { Consumer, ConsumerOptions } from "./internal/ConsumerEndpoint.js"
 import * as Config from "./Protocol/Config.js"
 import type { ReliableEndpointConfigError } from "./Protocol/Errors.js"
-import type { ReliableSystem } from "./ReliableSystem.js"
+import { ReliableSystem } from "./ReliableSystem.js"
 
 export type { Consumer, ConsumerOptions, FailureDecision, HandlerFailure, RunOptions } from "./internal/ConsumerEndpoint.js"
 export type { ConsumerStats } from "./Controller/ConsumerController.js"
@@ -32,4 +32,13 @@ const consumerKeys = Config.optionKeys<ConsumerOptions<unknown, unknown>>({
 export const make = <A, I>(
   options: ConsumerOptions<A, I>
 ): Effect.Effect<Consumer<A>, ReliableEndpointConfigError, ReliableSystem | Scope.Scope> =>
-  Effect.zipRight(Config.checkKeys("Consumer.make", options, consumerKeys), ConsumerEndpoint.make(options, "Consumer", ["Producer"]))
+  Effect.zipRight(
+    Config.checkKeys("Consumer.make", options, consumerKeys),
+    Effect.tap(ConsumerEndpoint.make(options, "Consumer", ["Producer"]), (consumer) =>
+      // What operators see of it (`ReliableSystem.snapshot`).
+      Effect.map(ReliableSystem, (system) => system.internal.registry.setView(options.name, {
+        stats: consumer.stats,
+        payload: options.payload,
+        window: options.window ?? Config.DefaultWindow
+      })))
+  )

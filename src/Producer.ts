@@ -129,5 +129,6 @@ export const make = <A, I>(
       start: (hooks) => ProducerController.make(settings, codec, system, hooks),
       backlog: ProducerEndpoint.backlogOf(options.durableQueue, checked)
     })
+    system.registry.setView(checked.name, { stats: endpoint.producer.stats, queue: options.durableQueue, payload: options.payload })
     return endpoint.producer
   })

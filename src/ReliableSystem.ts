@@ -5,19 +5,22 @@
  * are resolved through the shared `ClusterRegistry`, names are unique across the cluster, and
  * relocatable endpoints of a dead node are re-created on a survivor.
  */
-import { Context, Duration, Effect, Layer, PubSub, Scope, Stream } from "effect"
-import type { Queue } from "effect"
+import { Clock, Config, Context, Duration, Effect, Layer, PubSub, Scope, Stream } from "effect"
+import type { ConfigError, Queue } from "effect"
 import type { ClusterRegistryError } from "./Cluster/ClusterErrors.js"
 import type { ClusterOptions } from "./Cluster/ClusterOptions.js"
 import { ClusterRegistry } from "./Cluster/ClusterRegistry.js"
 import * as ClusterMember from "./Cluster/internal/ClusterMember.js"
+import type { ConsumerStats } from "./Controller/ConsumerController.js"
+import type { ProducerStats } from "./Controller/ProducerController.js"
+import type { WorkPullingStats } from "./Controller/WorkPullingStats.js"
 import type { ReliableConfigError } from "./Protocol/Errors.js"
 import { EndpointRegistry } from "./internal/EndpointRegistry.js"
 import * as NodeLookup from "./internal/NodeLookup.js"
 import { ReliableSystem } from "./internal/ReliableSystemTag.js"
 import type { ReliableSystemService } from "./internal/ReliableSystemTag.js"
 import type { SystemInternals } from "./internal/SystemInternals.js"
-import * as Config from "./Protocol/Config.js"
+import * as OptionChecks from "./Protocol/Config.js"
 import { EndpointNotFound } from "./Protocol/Errors.js"
 import type { ReliableDeliveryFailed } from "./Protocol/Failure.js"
 import type { ReliableHealthEvent } from "./Protocol/Health.js"
@@ -39,17 +42,17 @@ const makeIdSource = (): (() => string) => {
   return () => `${prefix}${(++counter).toString(36)}`
 }
 
-const systemKeys = Config.optionKeys<ReliableSystemOptions>({ lookupTimeout: true })
+const systemKeys = OptionChecks.optionKeys<ReliableSystemOptions>({ lookupTimeout: true })
 
 export const make = (
   options: ReliableSystemOptions = {}
 ): Effect.Effect<ReliableSystemService, ReliableConfigError, Transport | Scope.Scope> =>
-  Effect.zipRight(Config.checkKeys("ReliableSystem.layer", options, systemKeys), build<never>(options, undefined))
+  Effect.zipRight(OptionChecks.checkKeys("ReliableSystem.layer", options, systemKeys), build<never>(options, undefined))
 
 /** Options of a cluster member: the system's options plus leases and relocatable factories. */
 export interface ClusterSystemOptions<R = never> extends ReliableSystemOptions, ClusterOptions<R> {}
 
-const clusterSystemKeys = Config.optionKeys<ClusterSystemOptions<unknown>>({
+const clusterSystemKeys = OptionChecks.optionKeys<ClusterSystemOptions<unknown>>({
   lookupTimeout: true,
   lease: true,
   renewInterval: true,
@@ -69,7 +72,7 @@ export const makeCluster = <R = never>(
   Transport | ClusterRegistry | Scope.Scope | Exclude<R, ReliableSystem | Scope.Scope>
 > =>
   Effect.gen(function*() {
-    yield* Config.checkKeys("ReliableSystem.layerCluster", options, clusterSystemKeys)
+    yield* OptionChecks.checkKeys("ReliableSystem.layerCluster", options, clusterSystemKeys)
     const registry = yield* ClusterRegistry
     // The user's services for the factories; never the build's own scope (a factory runs in the
     // scope of its endpoint's stay on this node).
@@ -93,7 +96,7 @@ const build = <E>(
   cluster: ClusterJoin<E> | undefined
 ): Effect.Effect<ReliableSystemService, E | ReliableConfigError, Transport | Scope.Scope> =>
   Effect.gen(function*() {
-    const lookupTimeout = yield* Config.checkInterval("lookupTimeout", options.lookupTimeout, Config.DefaultLookupTimeout)
+    const lookupTimeout = yield* OptionChecks.checkInterval("lookupTimeout", options.lookupTimeout, OptionChecks.DefaultLookupTimeout)
     const transport = yield* Transport
     const registry = new EndpointRegistry()
     const failures = yield* Effect.acquireRelease(PubSub.sliding<ReliableDeliveryFailed>(1024), PubSub.shutdown)
@@ -141,6 +144,18 @@ const build = <E>(
 export const layer = (options: ReliableSystemOptions = {}): Layer.Layer<ReliableSystem, ReliableConfigError, Transport> =>
   Layer.scoped(ReliableSystem, make(options))
 
+/**
+ * `layer` with its options read from Effect `Config` (e.g. the environment), as
+ * `PgClient.layerConfig` reads its own:
+ * `layerConfig({ lookupTimeout: Config.duration("RELIABLE_LOOKUP_TIMEOUT") })`.
+ * A value `Config` cannot read is a `ConfigError`; one it reads but the system refuses is a
+ * `ReliableConfigError`.
+ */
+export const layerConfig = (
+  config: Config.Config.Wrap<ReliableSystemOptions>
+): Layer.Layer<ReliableSystem, ConfigError.ConfigError | ReliableConfigError, Transport> =>
+  Layer.unwrapEffect(Effect.map(Config.unwrap(config), layer))
+
 /** A cluster member on the registry and transport provided (see `makeCluster`). */
 export const layerCluster = <R = never>(
   options: ClusterSystemOptions<R> = {}
@@ -180,3 +195,61 @@ export const subscribeDeadLetters: Effect.Effect<Queue.Dequeue<DeliveryDeadLette
 /** Respawns an endpoint of the system in context. */
 export const respawn = (name: string): Effect.Effect<void, EndpointNotFound, ReliableSystem> =>
   Effect.flatMap(ReliableSystem, (system) => system.respawn(name))
+
+interface EndpointSnapshotBase {
+  readonly name: string
+  /** The peer its configuration names (a consumer's producer...); none for a work-pulling producer. */
+  readonly peer: string | undefined
+  /** True while a controller runs (false between a terminal failure and `respawn`). */
+  readonly live: boolean
+  /** True when the endpoint persists through a durable queue. */
+  readonly durable: boolean
+}
+
+/** One endpoint as `snapshot` sees it: its kind, and its `stats` of that kind. */
+export type EndpointSnapshot =
+  | EndpointSnapshotBase & { readonly kind: "Producer"; readonly stats: ProducerStats }
+  | EndpointSnapshotBase & {
+    readonly kind: "WorkProducer"
+    readonly stats: ProducerStats
+    /** The pool: bound workers with what each has in flight, pending jobs; none while stopped. */
+    readonly pool: WorkPullingStats | undefined
+  }
+  | EndpointSnapshotBase & {
+    readonly kind: "Consumer" | "Worker"
+    readonly stats: ConsumerStats
+    /** The most messages it holds unconfirmed. */
+    readonly window: number
+  }
+
+export interface SystemSnapshot {
+  readonly node: string
+  /** The clock's time of the snapshot (ms since the epoch). */
+  readonly at: number
+  /** The endpoints made by `Producer.make`, `Consumer.make`, `WorkPulling.producer` and `worker`, by name. */
+  readonly endpoints: ReadonlyArray<EndpointSnapshot>
+}
+
+/**
+ * What the endpoints of the system in context report right now, for operators (the operations
+ * page reads it): each one's kind, peer, liveness and stats; a work-pulling producer's pool too.
+ * Reads only.
+ */
+export const snapshot: Effect.Effect<SystemSnapshot, never, ReliableSystem> = Effect.gen(function*() {
+  const system = yield* ReliableSystem
+  const at = yield* Clock.currentTimeMillis
+  const endpoints: Array<EndpointSnapshot> = []
+  const entries = [...system.internal.registry.entries()].sort((a, b) => a.record.name.localeCompare(b.record.name))
+  for (const entry of entries) {
+    const view = entry.view
+    if (view === undefined) continue
+    const base = { name: entry.record.name, peer: entry.record.peer, live: entry.record.address !== undefined, durable: view.queue !== undefined }
+    // The view's stats are the endpoint's own `stats`, whose type its kind names.
+    const stats = yield* view.stats
+    const kind = entry.record.kind
+    if (kind === "WorkProducer") endpoints.push({ ...base, kind, stats: stats as ProducerStats, pool: entry.details.workStats?.() })
+    else if (kind === "Producer") endpoints.push({ ...base, kind, stats: stats as ProducerStats })
+    else endpoints.push({ ...base, kind, stats: stats as ConsumerStats, window: view.window ?? OptionChecks.DefaultWindow })
+  }
+  return { node: system.node, at, endpoints }
+})

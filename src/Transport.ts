@@ -15,6 +15,7 @@ export {
   DefaultOutgoingBufferBytes,
   FrameTooLarge,
   layerSocket,
+  layerSocketConfig,
   makeSocket,
   MaxFrameSize,
   MinFrameSize,

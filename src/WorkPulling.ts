@@ -181,8 +181,14 @@ export const producer = <A, I>(
       }),
       backlog: ProducerEndpoint.backlogOf(options.durableWorkQueue, checked)
     })
+    system.registry.setView(checked.name, { stats: endpoint.producer.stats, queue: options.durableWorkQueue, payload: options.payload })
     return endpoint.producer
   })
+
+/** Shows a worker's stats to operators (`ReliableSystem.snapshot`). */
+const showView = (options: WorkerOptions<any, any>, consumer: Consumer.Consumer<unknown>) =>
+  Effect.map(ReliableSystem, (system) =>
+    system.internal.registry.setView(options.name, { stats: consumer.stats, payload: options.payload, window: options.window ?? Config.DefaultWindow }))
 
 /**
  * A worker endpoint: the same `Consumer<A>` as point-to-point (`run(handler)`, `deliveries`). It
@@ -193,7 +199,7 @@ export const worker = <A, I>(
 ): Effect.Effect<Consumer.Consumer<A>, ReliableEndpointConfigError, ReliableSystem | Scope.Scope> =>
   Effect.zipRight(
     Config.checkKeys("WorkPulling.worker", options, workerKeys, { remoteProducer: noPeerAddresses }),
-    ConsumerEndpoint.make(options, "Worker", ["WorkProducer"])
+    Effect.tap(ConsumerEndpoint.make(options, "Worker", ["WorkProducer"]), (worker) => showView(options, worker))
   )
 
 /**

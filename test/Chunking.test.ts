@@ -16,7 +16,7 @@ import * as RecyclingTransports from "../src/Transport/internal/RecyclingTranspo
 import * as MemoryTransport from "../src/Transport/MemoryTransport.js"
 import { Transport } from "../src/Transport/Transport.js"
 import { blob, sameBytes } from "./support/Bytes.js"
-import { advanceUntil, layerRecording, onMicrotasks, recorded } from "./support/Harness.js"
+import { advanceBy, advanceUntil, layerRecording, onMicrotasks, recorded } from "./support/Harness.js"
 
 const Blob = Schema.Uint8ArrayFromSelf
 const Doc = Schema.Struct({ title: Schema.String, body: Schema.String })
@@ -93,7 +93,7 @@ describe("chunking (memory transport)", () => {
       const stored = yield* producer.sendAll(sizes.map((size, index) => ({ payload: blob(size, index), messageId: `m${index}` })))
       expect(stored.map((entry) => entry.messageId)).toEqual(sizes.map((_, index) => `m${index}`))
       yield* advanceUntil(() => seen.length === sizes.length, 50, 20_000)
-      yield* advanceUntil(() => false, 50, 500).pipe(Effect.ignore)
+      yield* advanceBy(500, 50)
       for (const [index, size] of sizes.entries()) same(seen[index].payload, blob(size, index))
       const confirmed = Chunk.toReadonlyArray(yield* Queue.takeAll(confirmations))
       expect(confirmed.map((entry) => [entry.messageId, entry.seq])).toEqual(stored.map((entry) => [entry.messageId, entry.seq]))
@@ -108,7 +108,7 @@ describe("chunking (memory transport)", () => {
       const failures = yield* ReliableSystem.ReliableSystem.pipe(Effect.flatMap((system) => system.subscribeFailures))
       const { producer, seen } = yield* blobFlow({ chunkSize: 1024, window: 3 })
       yield* producer.send(blob(4 * 1024 + 1, 1), { messageId: "too-big" })
-      yield* advanceUntil(() => false, 200, 3_000).pipe(Effect.ignore)
+      yield* advanceBy(3_000, 200)
       const events: ReadonlyArray<ReliableDeliveryFailed> = Chunk.toReadonlyArray(yield* Queue.takeAll(failures))
       expect(events).toHaveLength(1)
       const event = events[0]

@@ -14,6 +14,7 @@ import * as WorkPullingController from "../src/Controller/WorkPullingController.
 import * as MemoryProducerQueue from "../src/DurableQueue/MemoryProducerQueue.js"
 import * as MemoryWorkQueue from "../src/DurableQueue/MemoryWorkQueue.js"
 import { isEitherOf } from "../src/internal/IsEither.js"
+import * as Metrics from "../src/Observability/Metrics.js"
 import type { ControllerAddress } from "../src/Protocol/Address.js"
 import type { RequestNext } from "../src/Protocol/Contract.js"
 import * as PayloadCodec from "../src/Protocol/PayloadCodec.js"
@@ -31,7 +32,8 @@ const keepGrants = (offered: Array<RequestNext>) => ({
   offerGrant: (grant: RequestNext) => void offered.push(grant),
   notify: () => {},
   stopped: () => {},
-  health: { degraded: () => {}, healthy: () => {} }
+  health: { degraded: () => {}, healthy: () => {} },
+  metrics: Metrics.off
 })
 
 /** Publishes a controller made by hand under an endpoint name, so real peers find it. */

@@ -15,7 +15,7 @@ import * as Producer from "../src/Producer.js"
 import * as ReliableSystem from "../src/ReliableSystem.js"
 import * as MemoryTransport from "../src/Transport/MemoryTransport.js"
 import { Transport } from "../src/Transport/Transport.js"
-import { advanceUntil, settle } from "./support/Harness.js"
+import { advanceBy, advanceUntil, settle } from "./support/Harness.js"
 import { spy } from "./support/QueueSpy.js"
 
 const Order = Schema.Struct({ id: Schema.Number })
@@ -61,7 +61,7 @@ describe("durable point-to-point", () => {
       // The consumer goes away: the next messages are stored and accepted but never confirmed.
       yield* Scope.close(consumerScope, Exit.void)
       const pending = yield* Effect.forkScoped(Effect.forEach([1, 2, 3], (id) => producer.send({ id }), { discard: true }))
-      yield* advanceUntil(() => false, 100, 1_000).pipe(Effect.ignore)
+      yield* advanceBy(1_000, 100)
       // The producer crashes (a fresh controller, a fresh epoch) before anything is confirmed.
       yield* ReliableSystem.respawn("p")
       yield* startConsumer(seen)
@@ -85,7 +85,7 @@ describe("durable point-to-point", () => {
       const stored = yield* producer.produce(Produced.make(grant, "m1", { id: 1 }))
       expect(stored).toMatchObject({ seq: 1, alreadyStored: false })
       yield* ReliableSystem.respawn("p")
-      yield* advanceUntil(() => false, 100, 1_000).pipe(Effect.ignore)
+      yield* advanceBy(1_000, 100)
       expect(seen).toEqual([]) // load returns accepted messages only
       // Its own source still holds m1 (never marked), so it resubmits m1 under the same id.
       const again = yield* nextGrant(producer)
@@ -95,7 +95,7 @@ describe("durable point-to-point", () => {
       yield* advanceUntil(() => seen.length === 1, 50, 5_000)
       expect(seen).toEqual([{ messageId: "m1", id: 1 }]) // the first write's payload
       // Let the confirmation watermark reach the queue (it is written once the lane pauses).
-      yield* advanceUntil(() => false, 100, 500).pipe(Effect.ignore)
+      yield* advanceBy(500, 100)
       // A second crash, then a resubmission of the already accepted m1: same seq, no second dispatch.
       yield* ReliableSystem.respawn("p")
       const third = yield* nextGrant(producer)
@@ -104,7 +104,7 @@ describe("durable point-to-point", () => {
       yield* producer.storedAck(StoredAck.make(resubmitted))
       yield* Effect.forkScoped(producer.send({ id: 2 }, { messageId: "m2" }))
       yield* advanceUntil(() => seen.length === 2, 50, 5_000)
-      yield* advanceUntil(() => false, 100, 1_000).pipe(Effect.ignore)
+      yield* advanceBy(1_000, 100)
       expect(seen.map((entry) => entry.messageId)).toEqual(["m1", "m2"])
     }).pipe(Effect.provide(system())))
 
@@ -116,7 +116,7 @@ describe("durable point-to-point", () => {
       yield* startConsumer(seen)
       for (const id of [1, 2, 3]) yield* producer.send({ id })
       yield* advanceUntil(() => seen.length === 3, 50, 5_000)
-      yield* advanceUntil(() => false, 100, 500).pipe(Effect.ignore)
+      yield* advanceBy(500, 100)
       yield* ReliableSystem.respawn("p")
       const grant = yield* nextGrant(producer)
       const stored = yield* producer.produce(Produced.make(grant, "m4", { id: 4 }))
@@ -137,7 +137,7 @@ describe("durable point-to-point", () => {
       yield* startConsumer(seen)
       yield* producer.sendAll(Array.from({ length: 30 }, (_, id) => ({ payload: { id }, messageId: `m${id}` })))
       yield* advanceUntil(() => seen.length === 30, 50, 20_000)
-      yield* advanceUntil(() => false, 100, 2_000).pipe(Effect.ignore)
+      yield* advanceBy(2_000, 100)
       const operations = watched.calls.map((call) => call.operation)
       expect(operations[0]).toBe("load")
       // Every message was stored and accepted before it reached the consumer (batched here).
@@ -168,7 +168,7 @@ describe("durable point-to-point", () => {
         yield* producer.send({ id: 1 })
         watched.failNext(operation, new QueueConflict({ message: "integrity violated" }), 100)
         const pending = yield* Effect.forkScoped(producer.send({ id: 2 }))
-        yield* advanceUntil(() => false, 100, 1_000).pipe(Effect.ignore)
+        yield* advanceBy(1_000, 100)
         const events = Chunk.toReadonlyArray(yield* Queue.takeAll(failures))
         expect(events).toHaveLength(1)
         expect(events[0]).toMatchObject({ endpointName: "p", role: "Producer", stage })
@@ -189,7 +189,7 @@ describe("durable point-to-point", () => {
         yield* startConsumer(seen)
         watched.failNext("confirm", new QueueConflict({ message: "watermark beyond the queue" }), 100)
         yield* producer.send({ id: 1 })
-        yield* advanceUntil(() => false, 100, 1_000).pipe(Effect.ignore)
+        yield* advanceBy(1_000, 100)
         const events = Chunk.toReadonlyArray(yield* Queue.takeAll(failures))
         expect(events.map((event) => event.stage)).toEqual(["Confirm"])
       }).pipe(Effect.provide(system())))
@@ -266,7 +266,7 @@ describe("durable point-to-point", () => {
         yield* onB(startConsumer(seenB))
         yield* producerB.send({ id: 2 })
         yield* Effect.forkScoped(producerA.send({ id: 3 }))
-        yield* advanceUntil(() => false, 100, 1_000).pipe(Effect.ignore)
+        yield* advanceBy(1_000, 100)
         const events = Chunk.toReadonlyArray(yield* Queue.takeAll(failuresA))
         expect(events).toHaveLength(1)
         expect(events[0]).toMatchObject({ endpointName: "p", stage: "Store" })

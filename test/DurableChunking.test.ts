@@ -23,7 +23,7 @@ import * as Producer from "../src/Producer.js"
 import * as ReliableSystem from "../src/ReliableSystem.js"
 import { uniqueSuffix } from "./DurableQueue/SqlTestSupport.js"
 import { blob, sameBytes } from "./support/Bytes.js"
-import { advanceUntil, layerRecording, recorded } from "./support/Harness.js"
+import { advanceBy, advanceUntil, layerRecording, recorded } from "./support/Harness.js"
 import type { Recorder } from "./support/Harness.js"
 import { spy } from "./support/QueueSpy.js"
 
@@ -81,7 +81,7 @@ const sendTicking = (producer: Producer.Producer<Uint8Array>, payload: Uint8Arra
     return stored!
   })
 
-const idle = (millis: number) => advanceUntil(() => false, 50, millis).pipe(Effect.ignore)
+const idle = (millis: number) => advanceBy(millis, 50)
 
 type Scenario = (queue: DurableProducerQueueService) => Effect.Effect<void, unknown, ReliableSystem.ReliableSystem | Recorder | Scope.Scope>
 

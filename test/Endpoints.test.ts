@@ -10,7 +10,7 @@ import { decodeEnvelope } from "../src/Protocol/WireMessage.js"
 import * as Producer from "../src/Producer.js"
 import * as ReliableSystem from "../src/ReliableSystem.js"
 import * as MemoryTransport from "../src/Transport/MemoryTransport.js"
-import { addressOf, advanceUntil, settle } from "./support/Harness.js"
+import { addressOf, advanceBy, advanceUntil, settle } from "./support/Harness.js"
 
 const Order = Schema.Struct({ id: Schema.Number })
 const system = () => ReliableSystem.layer().pipe(Layer.provideMerge(MemoryTransport.layerMemory))
@@ -135,7 +135,7 @@ describe("endpoints", () => {
         const { seen } = yield* collect(consumer)
         yield* producer.sendAll([{ payload: { id: 1 } }, { payload: { id: 500 }, messageId: "poison" }, { payload: { id: 2 } }])
         yield* advanceUntil(() => seen.length === 2, 100, 10_000)
-        yield* advanceUntil(() => false, 100, 1_000).pipe(Effect.ignore)
+        yield* advanceBy(1_000, 100)
         expect(seen).toEqual([{ id: 1 }, { id: 2 }])
         const dead = Chunk.toReadonlyArray(yield* Queue.takeAll(deadLetters))
         expect(dead).toHaveLength(1)
@@ -196,11 +196,11 @@ describe("endpoints", () => {
         let producer: Producer.Producer<{ readonly id: number }>
         if (order === "consumer first") {
           consumer = yield* makeConsumer
-          yield* advanceUntil(() => false, 500, 3_000).pipe(Effect.ignore)
+          yield* advanceBy(3_000, 500)
           producer = yield* makeProducer
         } else {
           producer = yield* makeProducer
-          yield* advanceUntil(() => false, 500, 3_000).pipe(Effect.ignore)
+          yield* advanceBy(3_000, 500)
           consumer = yield* makeConsumer
         }
         const { seen } = yield* collect(consumer)

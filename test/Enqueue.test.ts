@@ -17,7 +17,7 @@ import * as Producer from "../src/Producer.js"
 import * as ReliableSystem from "../src/ReliableSystem.js"
 import * as MemoryTransport from "../src/Transport/MemoryTransport.js"
 import * as WorkPulling from "../src/WorkPulling.js"
-import { advanceUntil } from "./support/Harness.js"
+import { advanceBy, advanceUntil } from "./support/Harness.js"
 
 const Order = Schema.Struct({ id: Schema.Number })
 const encodeOrder = Schema.encodeSync(Schema.parseJson(Order))
@@ -127,7 +127,7 @@ describe("enqueue: point-to-point", () => {
       yield* collect(consumer, done)
       yield* TestClock.adjust("1 second")
       yield* queue.enqueue([written(7)])
-      yield* advanceUntil(() => false, 100, 3_500).pipe(Effect.ignore)
+      yield* advanceBy(3_500, 100)
       expect(done).toEqual([])
       yield* advanceUntil(() => done.length === 1, 100, 2_000)
       expect(done).toEqual([7])
@@ -187,6 +187,22 @@ describe("enqueue: point-to-point", () => {
     }).pipe(Effect.provide(system()))))
 })
 
+describe("enqueue: an endpoint closing mid-transaction", () => {
+  it.scoped("callers whose transaction is cut short by the endpoint's scope closing fail with EndpointClosed; none waits forever", () =>
+    quiet(Effect.gen(function*() {
+      const inner = yield* MemoryProducerQueue.makeMemory
+      const queue: DurableProducerQueueService = { ...inner, enqueue: () => Effect.never }
+      const producerScope = yield* Scope.make()
+      const producer = yield* Producer.make({ name: "p", consumer: "c", payload: Order, durableQueue: queue }).pipe(Scope.extend(producerScope))
+      // the first caller's transaction starts at once; the next two wait for it
+      const callers = yield* Effect.forEach([0, 1, 2], (id) => Effect.fork(producer.enqueue({ id })))
+      yield* TestClock.adjust("10 millis")
+      yield* Scope.close(producerScope, Exit.void)
+      const errors = yield* Effect.forEach(callers, (caller) => Effect.flip(Fiber.join(caller)))
+      expect(errors.map((error) => error._tag)).toEqual(["EndpointClosed", "EndpointClosed", "EndpointClosed"])
+    }).pipe(Effect.provide(system()))))
+})
+
 describe("enqueue: work-pulling", () => {
   it.scoped("resolves with no worker; workers that come later take the backlog", () =>
     quiet(Effect.gen(function*() {
@@ -226,6 +242,29 @@ describe("streams in and out", () => {
       const stats = yield* consumer.stats
       expect(stats.delivered).toBeGreaterThanOrEqual(1000)
     }).pipe(Effect.provide(system()))))
+
+  it.scoped("a 100k-element stream through producer.sink is delivered exactly as one sendAll of the same 100k: same order, same seqs", () =>
+    quiet(Effect.gen(function*() {
+      const total = 100_000
+      const delivered = (name: string) =>
+        Effect.gen(function*() {
+          const consumer = yield* Consumer.make({ name: `${name}-in`, producer: `${name}-out`, payload: Order, window: 1000 })
+          const seen: Array<readonly [number, number]> = []
+          yield* Effect.forkScoped(consumer.run((delivery) => Effect.sync(() => void seen.push([delivery.seq, delivery.payload.id]))))
+          return seen
+        })
+      const viaSink = yield* delivered("sink")
+      const viaSendAll = yield* delivered("all")
+      const sinkProducer = yield* Producer.make({ name: "sink-out", consumer: "sink-in", payload: Order })
+      const allProducer = yield* Producer.make({ name: "all-out", consumer: "all-in", payload: Order })
+      const sent = yield* Effect.fork(Stream.range(0, total - 1).pipe(Stream.map((id) => ({ id })), Stream.run(sinkProducer.sink)))
+      const stored = yield* Effect.fork(allProducer.sendAll(Array.from({ length: total }, (_, id) => ({ payload: { id } }))))
+      yield* advanceUntil(() => viaSink.length === total && viaSendAll.length === total, 10, 60_000)
+      expect(yield* Fiber.join(sent)).toBe(total)
+      expect((yield* Fiber.join(stored)).map((result) => result.seq)).toEqual(viaSendAll.map(([seq]) => seq))
+      expect(viaSink).toEqual(viaSendAll)
+      expect(viaSink.map(([, id]) => id)).toEqual(Array.from({ length: total }, (_, id) => id))
+    }).pipe(Effect.provide(system()))), 120_000)
 
   it.scoped("the message held when a stream stage fails is delivered again", () =>
     quiet(Effect.gen(function*() {

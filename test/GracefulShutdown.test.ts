@@ -14,7 +14,7 @@ import * as Producer from "../src/Producer.js"
 import * as ReliableSystem from "../src/ReliableSystem.js"
 import * as MemoryTransport from "../src/Transport/MemoryTransport.js"
 import * as WorkPulling from "../src/WorkPulling.js"
-import { advanceUntil } from "./support/Harness.js"
+import { advanceBy, advanceUntil } from "./support/Harness.js"
 
 const Order = Schema.Struct({ id: Schema.Number })
 const system = ReliableSystem.layer().pipe(Layer.provideMerge(MemoryTransport.layerMemory))
@@ -53,7 +53,7 @@ const restart = <Q>(app: (queue: Q, seen: Array<number>) => Effect.Effect<unknow
   Effect.gen(function*() {
     const seen: Array<number> = []
     yield* app(queue, seen).pipe(Effect.provide(system))
-    yield* advanceUntil(() => false, 100, 5_000).pipe(Effect.ignore)
+    yield* advanceBy(5_000, 100)
     return seen
   })
 

@@ -12,7 +12,7 @@ import { QueueBackendError, QueueRejected } from "../src/DurableQueue/QueueError
 import * as Producer from "../src/Producer.js"
 import * as ReliableSystem from "../src/ReliableSystem.js"
 import * as MemoryTransport from "../src/Transport/MemoryTransport.js"
-import { advanceUntil } from "./support/Harness.js"
+import { advanceBy, advanceUntil } from "./support/Harness.js"
 import { spy } from "./support/QueueSpy.js"
 
 const Order = Schema.Struct({ id: Schema.Number })
@@ -52,6 +52,22 @@ describe("healing", () => {
       expect(yield* Queue.size(failures)).toBe(0)
     }).pipe(Effect.provide(system())))
 
+  it.scoped("a call that times out makes the endpoint degraded at once, not only after its retries", () =>
+    Effect.gen(function*() {
+      const { events, producer, seen, watched } = yield* flow({ fused: true })
+      yield* producer.send({ id: 1 })
+      yield* advanceUntil(() => seen.length === 1, 50, 5_000)
+      watched.delay("storeAccepted", 3_600_000)
+      yield* Effect.fork(producer.send({ id: 2 }))
+      // One timeout (5 s), far from the three attempts (15 s) after which the controller restarts.
+      yield* advanceBy(5_500, 100)
+      expect((yield* producer.stats).degraded).toBe(true)
+      expect(yield* events).toEqual(["ReliableDegraded"])
+      watched.delay("storeAccepted", 0)
+      yield* advanceUntil(() => seen.includes(2), 100, 30_000)
+      expect(yield* events).toEqual(["ReliableRecovered"])
+    }).pipe(Effect.provide(system())))
+
   it.scoped("a reload that keeps failing is retried with a capped backoff: about one second apart at most", () =>
     Effect.gen(function*() {
       const { events, loads, producer, seen, watched } = yield* flow()
@@ -63,7 +79,7 @@ describe("healing", () => {
       yield* advanceUntil(() => loads() >= 3, 50, 10_000)
       // Sixty seconds of outage: the attempts are never more than a second apart.
       const before = loads()
-      yield* advanceUntil(() => false, 100, 60_000).pipe(Effect.ignore)
+      yield* advanceBy(60_000, 100)
       const during = loads() - before
       expect(during).toBeGreaterThanOrEqual(55)
       expect(during).toBeLessThanOrEqual(70)

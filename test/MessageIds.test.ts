@@ -15,14 +15,20 @@ import * as Consumer from "../src/Consumer.js"
 import { DurableProducerQueue } from "../src/DurableQueue/DurableProducerQueue.js"
 import type { DurableProducerQueueService } from "../src/DurableQueue/DurableProducerQueue.js"
 import * as MemoryProducerQueue from "../src/DurableQueue/MemoryProducerQueue.js"
+import { DurableWorkQueue } from "../src/DurableQueue/DurableWorkQueue.js"
+import type { DurableWorkQueueService } from "../src/DurableQueue/DurableWorkQueue.js"
+import * as MemoryWorkQueue from "../src/DurableQueue/MemoryWorkQueue.js"
 import * as SqlProducerQueue from "../src/DurableQueue/SqlProducerQueue.js"
+import * as SqlWorkQueue from "../src/DurableQueue/SqlWorkQueue.js"
 import * as Producer from "../src/Producer.js"
 import { MaxMessageIdLength } from "../src/Protocol/MessageIdRule.js"
 import * as ReliableSystem from "../src/ReliableSystem.js"
 import * as MemoryTransport from "../src/Transport/MemoryTransport.js"
+import * as WorkPulling from "../src/WorkPulling.js"
 import { describePostgres, dropTables, pgClientLayer, probePostgres, sharedClient, uniqueSuffix } from "./DurableQueue/SqlTestSupport.js"
 import { advanceWithIo } from "./support/IoClock.js"
 import { spy } from "./support/QueueSpy.js"
+import { spyWork } from "./support/WorkQueueSpy.js"
 
 const Order = Schema.Struct({ id: Schema.Number })
 
@@ -36,6 +42,10 @@ const badIds: ReadonlyArray<readonly [string, string]> = [
   ["1 MiB", "x".repeat(1024 * 1024)]
 ]
 
+const range = (count: number) => Array.from({ length: count }, (_, index) => index)
+
+const refusal = (error: { readonly _tag: string; readonly reason?: string }) => ({ _tag: error._tag, reason: error.reason })
+
 const checkIds = (makeQueue: Effect.Effect<DurableProducerQueueService, unknown, Scope.Scope>) =>
   Effect.gen(function*() {
     const watched = spy(yield* makeQueue, { fused: true })
@@ -43,21 +53,59 @@ const checkIds = (makeQueue: Effect.Effect<DurableProducerQueueService, unknown,
     const consumer = yield* Consumer.make({ name: "c", producer: "p", payload: Order })
     const seen: Array<string> = []
     yield* Effect.forkScoped(consumer.run((delivery) => Effect.sync(() => void seen.push(delivery.messageId))))
+    // Another sender goes on beside the refused calls, from before the first to after the last.
+    const other = yield* Effect.fork(Effect.forEach(range(5), (n) => producer.send({ id: 100 + n }, { messageId: `other-${n}` }), { discard: true }))
     const refusals: Array<unknown> = []
     for (const [, id] of badIds) {
-      const error = yield* Effect.flip(producer.send({ id: 1 }, { messageId: id }))
-      refusals.push({ _tag: error._tag, reason: error._tag === "ProducerContractError" ? error.reason : undefined })
+      refusals.push(refusal(yield* Effect.flip(producer.send({ id: 1 }, { messageId: id }))))
+      // In a batch, one bad id refuses the whole batch alike, before anything of it is stored.
+      refusals.push(refusal(yield* Effect.flip(producer.sendAll([{ payload: { id: 1 }, messageId: "batch-fine" }, { payload: { id: 1 }, messageId: id }]))))
+      // Into the backlog, the same rule.
+      refusals.push(refusal(yield* Effect.flip(producer.enqueue({ id: 1 }, { messageId: id }))))
     }
     const fine = yield* Effect.fork(producer.send({ id: 2 }, { messageId: longest }))
     yield* Effect.fork(producer.send({ id: 3 }, { messageId: "order-3" }))
-    yield* advanceWithIo(() => seen.length === 2, 50, 10_000)
-    expect(refusals).toEqual(badIds.map(() => ({ _tag: "ProducerContractError", reason: "InvalidMessageId" })))
-    expect(seen).toEqual([longest, "order-3"])
+    yield* advanceWithIo(() => seen.length === 7, 50, 10_000)
+    expect(refusals).toEqual([...badIds, ...badIds, ...badIds].map(() => ({ _tag: "ProducerContractError", reason: "InvalidMessageId" })))
+    expect(seen.filter((id) => !id.startsWith("other-"))).toEqual([longest, "order-3"])
+    expect(seen.filter((id) => id.startsWith("other-"))).toEqual(range(5).map((n) => `other-${n}`))
     expect(fine.unsafePoll()?._tag).toBe("Success")
+    expect(other.unsafePoll()?._tag).toBe("Success")
     // Nothing of the refused ids reached the queue, and the controller never restarted.
     expect(watched.calls.filter((call) => call.operation === "load")).toHaveLength(1)
-    expect(watched.calls.flatMap((call) => call.operation === "storeAccepted" ? call.argument as ReadonlyArray<string> : [])).toEqual([longest, "order-3"])
+    const stored = watched.calls.flatMap((call) => call.operation === "storeAccepted" ? call.argument as ReadonlyArray<string> : [])
+    expect(stored.filter((id) => !id.startsWith("other-"))).toEqual([longest, "order-3"])
   }).pipe(Effect.provide(ReliableSystem.layer().pipe(Layer.provideMerge(MemoryTransport.layerMemory))))
+
+/** The same rule on a work-pulling producer (its durable work queue on the backend). */
+const checkWorkIds = (makeQueue: Effect.Effect<DurableWorkQueueService, unknown, Scope.Scope>) =>
+  Effect.gen(function*() {
+    const watched = spyWork(yield* makeQueue)
+    const producer = yield* WorkPulling.producer({ name: "jobs", payload: Order, durableWorkQueue: watched.queue })
+    const worker = yield* WorkPulling.worker({ name: "w", producer: "jobs", payload: Order })
+    const seen: Array<string> = []
+    yield* Effect.forkScoped(worker.run((delivery) => Effect.sync(() => void seen.push(delivery.messageId))))
+    const other = yield* Effect.fork(Effect.forEach(range(5), (n) => producer.send({ id: 100 + n }, { messageId: `other-${n}` }), { discard: true }))
+    const refusals: Array<unknown> = []
+    for (const [, id] of badIds) {
+      refusals.push(refusal(yield* Effect.flip(producer.send({ id: 1 }, { messageId: id }))))
+      refusals.push(refusal(yield* Effect.flip(producer.sendAll([{ payload: { id: 1 }, messageId: "batch-fine" }, { payload: { id: 1 }, messageId: id }]))))
+    }
+    yield* Effect.fork(producer.send({ id: 2 }, { messageId: longest }))
+    yield* advanceWithIo(() => seen.length === 6, 50, 10_000)
+    expect(refusals).toEqual([...badIds, ...badIds].map(() => ({ _tag: "ProducerContractError", reason: "InvalidMessageId" })))
+    expect(new Set(seen)).toEqual(new Set([longest, ...range(5).map((n) => `other-${n}`)]))
+    expect(other.unsafePoll()?._tag).toBe("Success")
+    expect(watched.calls.filter((call) => call.operation === "load")).toHaveLength(1)
+    const stored = watched.calls.filter((call) => call.operation.startsWith("store")).flatMap((call) => call.messageIds)
+    expect(new Set(stored)).toEqual(new Set(seen))
+  }).pipe(Effect.provide(ReliableSystem.layer().pipe(Layer.provideMerge(MemoryTransport.layerMemory))))
+
+const sqlWorkQueue = (client: Layer.Layer<any>, tablePrefix: string) =>
+  Effect.map(
+    Layer.build(SqlWorkQueue.layerWorkSql({ queueName: `ids-${uniqueSuffix()}`, tablePrefix }).pipe(Layer.provide(client))),
+    (context) => Context.get(context, DurableWorkQueue)
+  )
 
 const sqlQueue = (client: Layer.Layer<any>, tablePrefix: string) =>
   Effect.map(
@@ -73,6 +121,9 @@ describe("message ids", () => {
     for (const suffix of ["", "-wal", "-shm"]) rmSync(`${filename}${suffix}`, { force: true })
   }))
   it.scoped("SQLite: bad ids refused alike, the longest id stored and delivered", () => checkIds(sqlQueue(sqlite, "reliable_")))
+
+  it.scoped("memory work queue: bad ids refused alike, the longest id stored and delivered", () => checkWorkIds(MemoryWorkQueue.makeWorkMemory))
+  it.scoped("SQLite work queue: bad ids refused alike, the longest id stored and delivered", () => checkWorkIds(sqlWorkQueue(sqlite, "reliable_")))
 })
 
 const probe = await probePostgres
@@ -81,6 +132,7 @@ const pg = sharedClient(pgClientLayer, dropTables(pgPrefix))
 
 describePostgres(probe, "message ids on PostgreSQL", () => {
   it.scoped("bad ids refused alike, the longest id stored and delivered", () => checkIds(sqlQueue(pg, pgPrefix)))
+  it.scoped("work queue: bad ids refused alike, the longest id stored and delivered", () => checkWorkIds(sqlWorkQueue(pg, pgPrefix)))
 
   it.scoped("content PostgreSQL cannot hold, stored past the rule, is QueueRejected (not retried, not terminal)", () =>
     Effect.gen(function*() {

@@ -18,7 +18,7 @@ import * as ReliableSystem from "../src/ReliableSystem.js"
 import { FaultInjector, layerFaulty } from "../src/Transport/FaultyTransport.js"
 import * as MemoryTransport from "../src/Transport/MemoryTransport.js"
 import * as WorkPulling from "../src/WorkPulling.js"
-import { addressOf, advanceUntil, drain, fakeEndpoint, inject, layerRecording, recorded, settle } from "./support/Harness.js"
+import { addressOf, advanceBy, advanceUntil, drain, fakeEndpoint, inject, layerRecording, recorded, settle } from "./support/Harness.js"
 import { spyWork } from "./support/WorkQueueSpy.js"
 
 const Order = Schema.Struct({ id: Schema.Number })
@@ -28,7 +28,7 @@ const system = () => ReliableSystem.layer().pipe(Layer.provideMerge(MemoryTransp
 const cuttable = () => ReliableSystem.layer().pipe(Layer.provideMerge(layerFaulty({ seed: 1 })))
 
 /** Lets the clock run for `millis` whatever happens (something late would show up meanwhile). */
-const idle = (millis: number) => advanceUntil(() => false, 100, millis).pipe(Effect.ignore)
+const idle = (millis: number) => advanceBy(millis, 100)
 
 /** Cuts the node's link to itself (every envelope between local controllers) while `effect` runs. */
 const withLinkCut = <A, E, R>(effect: Effect.Effect<A, E, R>) =>

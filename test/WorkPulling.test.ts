@@ -12,7 +12,7 @@ import type { DeliveryConfirmed } from "../src/Protocol/Contract.js"
 import * as ReliableSystem from "../src/ReliableSystem.js"
 import * as MemoryTransport from "../src/Transport/MemoryTransport.js"
 import * as WorkPulling from "../src/WorkPulling.js"
-import { addressOf, advanceUntil, drain, fakeEndpoint, inject, layerRecording, settle } from "./support/Harness.js"
+import { addressOf, advanceBy, advanceUntil, drain, fakeEndpoint, inject, layerRecording, settle } from "./support/Harness.js"
 
 const Job = Schema.Struct({ n: Schema.Number })
 type Job = typeof Job.Type
@@ -115,7 +115,7 @@ describe("work-pulling", () => {
       Effect.gen(function*() {
         const producer = yield* WorkPulling.producer({ name: "dispatcher", payload: Job })
         yield* sendJobs(producer, 30)
-        yield* advanceUntil(() => false, 100, 1_000).pipe(Effect.ignore)
+        yield* advanceBy(1_000, 100)
         const done: Array<Done> = []
         yield* startWorker("w1", done, { window: 3 })
         yield* startWorker("w2", done, { window: 3 })
@@ -186,7 +186,7 @@ describe("work-pulling", () => {
         yield* sendJobs(producer, 20)
         yield* advanceUntil(() => done.length >= 3, 10, 60_000)
         yield* Scope.close(scope, Exit.void)
-        yield* advanceUntil(() => false, 100, 2_000).pipe(Effect.ignore)
+        yield* advanceBy(2_000, 100)
         const parked = yield* WorkPulling.stats("dispatcher")
         expect(parked.workers).toBe(0)
         expect(parked.pending).toBeGreaterThan(0)
@@ -312,7 +312,7 @@ describe("work-pulling", () => {
         // A retried grant gets the same Stored; another message under it is refused.
         expect(yield* producer.produce(Produced.make(grant, "order-7", { n: 7 }))).toEqual(stored)
         expect(yield* Effect.flip(producer.produce(Produced.make(grant, "order-8", { n: 8 })))).toMatchObject({ reason: "TokenAlreadyAnswered" })
-        yield* advanceUntil(() => false, 100, 300).pipe(Effect.ignore)
+        yield* advanceBy(300, 100)
         expect(done).toEqual([])
         yield* producer.storedAck(StoredAck.make(stored))
         yield* advanceUntil(() => done.length === 1, 10, 5_000)

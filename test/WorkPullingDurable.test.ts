@@ -19,7 +19,7 @@ import * as ReliableSystem from "../src/ReliableSystem.js"
 import * as MemoryTransport from "../src/Transport/MemoryTransport.js"
 import * as WorkPulling from "../src/WorkPulling.js"
 import { describePostgres, dropTables, pgClientLayer, probePostgres, uniqueSuffix } from "./DurableQueue/SqlTestSupport.js"
-import { advanceWithIo as advanceUntil } from "./support/IoClock.js"
+import { advanceByWithIo, advanceWithIo as advanceUntil } from "./support/IoClock.js"
 
 const Job = Schema.Struct({ n: Schema.Number })
 const system = () => ReliableSystem.layer().pipe(Layer.provideMerge(MemoryTransport.layerMemory))
@@ -67,10 +67,10 @@ const reloadScenario = (queue: DurableWorkQueueService) =>
     const grant = yield* producer.requestNext
     const unacked = yield* producer.produce(Produced.make(grant, "unacked", { n: 99 }))
     expect(unacked.seq).toBe(11)
-    yield* advanceUntil(() => false, 20, 300).pipe(Effect.ignore)
+    yield* advanceByWithIo(300, 20)
     // w3 dies: whatever it held goes back to the pool.
     yield* Scope.close(scopes[2], Exit.void)
-    yield* advanceUntil(() => false, 20, 500).pipe(Effect.ignore)
+    yield* advanceByWithIo(500, 20)
     const before = yield* WorkPulling.stats("dispatcher")
     expect(before.confirmed).toBe(4)
     expect(before.workersGone).toBe(1)
@@ -88,7 +88,7 @@ const reloadScenario = (queue: DurableWorkQueueService) =>
     yield* startWorker("v1", false)
     yield* startWorker("v2", false)
     yield* advanceUntil(() => done.length - mark >= expected.length, 20, 30_000)
-    yield* advanceUntil(() => false, 20, 1_000).pipe(Effect.ignore)
+    yield* advanceByWithIo(1_000, 20)
     const after = done.slice(mark).map((entry) => entry.messageId).sort()
     expect(after).toEqual(expected)
     // The append cursor continues after the reload: the next job is stored after the unacknowledged one.
@@ -128,10 +128,10 @@ describe("work-pulling with a durable work queue", () => {
       yield* Effect.forkScoped(worker.run((delivery) => Effect.sync(() => void done.push(delivery.messageId))))
       yield* Effect.forkScoped(producer.send({ n: 1 }, { messageId: "job-1" }))
       yield* advanceUntil(() => done.length === 1, 50, 5_000)
-      yield* advanceUntil(() => false, 50, 200).pipe(Effect.ignore)
+      yield* advanceByWithIo(200, 50)
       yield* ReliableSystem.respawn("dispatcher")
       yield* advanceUntil(() => done.length === 2, 50, 10_000)
-      yield* advanceUntil(() => false, 50, 200).pipe(Effect.ignore)
+      yield* advanceByWithIo(200, 50)
       const notices = Chunk.toReadonlyArray(yield* Queue.takeAll(confirmations))
       expect(done).toEqual(["job-1", "job-1"])
       expect(notices.map((notice) => [notice.messageId, notice.seq])).toEqual([["job-1", 1], ["job-1", 1]])
@@ -186,7 +186,7 @@ describe("work-pulling with a durable work queue", () => {
         const producer = yield* WorkPulling.producer({ name: "dispatcher", payload: Job, durableWorkQueue: queue })
         yield* withWorker
         yield* Effect.forkScoped(producer.send({ n: 1 }))
-        yield* advanceUntil(() => false, 50, 2_000).pipe(Effect.ignore)
+        yield* advanceByWithIo(2_000, 50)
         const events = Chunk.toReadonlyArray(yield* Queue.takeAll(failures))
         expect(events.map((event) => [event.endpointName, event.role, event.stage])).toEqual([["dispatcher", "Producer", stage]])
       }).pipe(Effect.provide(system())))
@@ -201,7 +201,7 @@ describe("work-pulling with a durable work queue", () => {
         yield* advanceUntil(() => done.length === 1, 50, 5_000)
         yield* queue.load
         yield* Effect.forkScoped(producer.send({ n: 2 }, { messageId: "second" }))
-        yield* advanceUntil(() => false, 50, 1_000).pipe(Effect.ignore)
+        yield* advanceByWithIo(1_000, 50)
         const events = Chunk.toReadonlyArray(yield* Queue.takeAll(failures))
         expect(events.map((event) => [event.stage, (event.cause as { _tag: string })._tag])).toEqual([["Store", "QueueFenced"]])
         yield* ReliableSystem.respawn("dispatcher")
@@ -238,10 +238,10 @@ describe("work-pulling with a durable work queue", () => {
           queueRetry: { attempts: 2, interval: "10 millis" }
         })
         yield* withWorker
-        yield* advanceUntil(() => false, 50, 500).pipe(Effect.ignore)
+        yield* advanceByWithIo(500, 50)
         broken = true
         const sent = yield* Effect.forkScoped(producer.send({ n: 1 }))
-        yield* advanceUntil(() => false, 50, 2_000).pipe(Effect.ignore)
+        yield* advanceByWithIo(2_000, 50)
         expect((yield* WorkPulling.stats("dispatcher")).degraded).toBe(true)
         broken = false
         yield* advanceUntil(() => sent.unsafePoll() !== null, 50, 5_000)

@@ -7,9 +7,11 @@
  * through a durable point-to-point flow and jobs through a work-pulling pool on the in-process
  * transport, then sends a flow over the TCP transport.
  */
-import { Context, Deferred, Effect, Layer, Ref, Schema } from "effect"
+import { Config, Context, Deferred, Effect, Layer, Ref, Schema } from "effect"
 import type { Scope } from "effect"
 import { Cluster, Consumer, DurableQueue, Producer, ReliableSystem, Transport, WorkPulling } from "effect-reliable"
+import * as Ops from "effect-reliable/ops"
+import * as Testing from "effect-reliable/testing"
 import * as Assert from "node:assert/strict"
 
 const Order = Schema.Struct({ id: Schema.Number, item: Schema.String })
@@ -39,6 +41,19 @@ export const clusterNode = ReliableSystem.layerCluster({ relocatable: [Cluster.r
   .pipe(Layer.provide(Cluster.layerPg()))
 export const spawnJobs = Cluster.spawn("jobs", "jobs-1")
 export const clusterEndpoints = Cluster.endpoints
+export const systemFromConfig = ReliableSystem.layerConfig({ lookupTimeout: Config.duration("LOOKUP_TIMEOUT") })
+export const socketFromConfig = Transport.layerSocketConfig({ host: Config.string("HOST"), port: Config.port("PORT") })
+export const snapshot = ReliableSystem.snapshot
+export const opsPage = Ops.layer({ port: 0 })
+export const opsHandler = Ops.webHandler({ actions: true })
+export const waitForDelivery = Testing.advanceUntil(() => true, { label: "a delivery" })
+export const recorder = Testing.recorder()
+export const faultRun = Testing.faultRun({
+  plan: Testing.faultPlan(1),
+  producer: () => Producer.make({ name: "orders-out", consumer: "orders-in", payload: Order }),
+  consumer: () => Consumer.make({ name: "orders-in", producer: "orders-out", payload: Order }),
+  message: (id) => ({ id, item: `item-${id}` })
+})
 
 /** Runs `count` deliveries through `consumer`, resolving once all have been handled. */
 const receive = (consumer: Consumer.Consumer<{ readonly id: number }>, count: number) =>
@@ -66,6 +81,10 @@ const pointToPoint = Effect.gen(function*() {
   Assert.equal(stored.length, 500)
   yield* received
   console.log("point-to-point: 500 orders stored and delivered")
+  const page = yield* Ops.make({ port: 0 })
+  const state = yield* Effect.promise(() => fetch(`${page.url}api/snapshot`).then((response) => response.json() as Promise<{ endpoints: Array<{ name: string }> }>))
+  Assert.deepEqual(state.endpoints.map((endpoint) => endpoint.name), ["orders-in", "orders-out"])
+  console.log(`operations page: ${page.url} lists the flow`)
 })
 
 const workPulling = Effect.gen(function*() {

@@ -1,6 +1,7 @@
 /**
- * The fiber shell around `ConsumerMachine`: it owns the inbox, the tick, and lookups of the
- * producer's live controller; it decodes payloads into `Delivery` values for the endpoint.
+ * The shell around `ConsumerMachine`: wire input folds where the transport delivers it (there is
+ * no inbox fiber), and the shell owns the tick and lookups of the producer's live controller; it
+ * decodes payloads into `Delivery` values for the endpoint.
  * Confirming folds in the caller's fiber, so with `run` the handler, its confirmation and the
  * next delivery all happen without a fiber hop.
  */
@@ -14,6 +15,7 @@ import { PayloadDecodeError } from "../Protocol/Errors.js"
 import type { PayloadCodec } from "../Protocol/PayloadCodec.js"
 import type { Envelope } from "../Protocol/WireMessage.js"
 import type { SystemInternals } from "../internal/SystemInternals.js"
+import * as Metrics from "../Observability/Metrics.js"
 import * as Machine from "./ConsumerMachine.js"
 import { ControllerDelivery } from "./internal/ControllerDelivery.js"
 import type { DeliveryOwner } from "./internal/ControllerDelivery.js"
@@ -48,6 +50,8 @@ export interface ConsumerHooks<A> {
   /** A delivery handed out was confirmed or given back, once (a shutdown may be waiting for it). */
   readonly settled: () => void
   readonly stopped: (outcome: StopOutcome) => void
+  /** The endpoint's metrics. */
+  readonly metrics: Metrics.EndpointMetrics
 }
 
 export interface ConsumerStats {
@@ -89,6 +93,14 @@ export const producerAddress = (
     ? record.address
     : undefined
 
+/** Adds the controller's counts to the endpoint's counter metrics (after each fold). */
+const counterSync = (counters: { readonly delivered: number; readonly redelivered: number; readonly dropped: number }, metrics: Metrics.EndpointMetrics) =>
+  Metrics.counterSync([
+    [() => counters.delivered, metrics.delivered],
+    [() => counters.redelivered, metrics.redelivered],
+    [() => counters.dropped, metrics.dropped]
+  ])
+
 export const make = <A>(
   settings: ConsumerSettings,
   codec: PayloadCodec<A>,
@@ -102,6 +114,8 @@ export const make = <A>(
     const runFork = yield* FiberSet.makeRuntime<never>()
     const now = () => clock.unsafeCurrentTimeMillis()
     const counters = { delivered: 0, redelivered: 0, registrations: 0, dropped: 0 }
+    const syncCounters = counterSync(counters, hooks.metrics)
+    yield* Effect.addFinalizer(() => Effect.sync(syncCounters))
     let stopped = false
     let state: Machine.ConsumerState
 
@@ -123,7 +137,7 @@ export const make = <A>(
         dispatch({ _tag: "Settle", id: inFlight.id, outcome: { _tag: "DeadLettered", attempts: 0, error: errorText(cause) }, now: now() })
         return
       }
-      hooks.deliver(new ControllerDelivery(inFlight.messageId, inFlight.seq, decoded.right, inFlight.attempt, owner, inFlight.id))
+      hooks.deliver(new ControllerDelivery(inFlight.messageId, inFlight.seq, decoded.right, inFlight.attempt, owner, inFlight.id, inFlight.trace))
     }
 
     const owner: DeliveryOwner = {
@@ -158,6 +172,7 @@ export const make = <A>(
         }
       }
       if (envelopes !== undefined) system.transport.post(envelopes)
+      syncCounters()
     }
 
     const dispatch = (event: Machine.ConsumerEvent) => {

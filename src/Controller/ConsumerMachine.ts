@@ -55,6 +55,8 @@ export interface HandOut {
   readonly count: number
   readonly attempt: number
   readonly deliveredAt: number
+  /** The sender's W3C trace context (from the message's last part), when it sent one. */
+  readonly trace?: string | undefined
   /** Out: the endpoint holds it. Settling: a settle waits for `Settled`. Done: confirmed or settled. */
   readonly status: "Out" | "Settling" | "Done"
   /** The settle sent (while Settling). */
@@ -420,6 +422,7 @@ const handOut = (s: Draft, from: number, count: number, now: number, out: Out): 
     count,
     attempt: first.attempt ?? 1,
     deliveredAt: now,
+    trace: last.trace,
     status: "Out"
   }
   s.handedOut = [...s.handedOut, handed]

@@ -18,6 +18,7 @@ import type { HealthReporter } from "../internal/EndpointHealth.js"
 import * as LaneRunner from "./internal/LaneRunner.js"
 import * as LaneStores from "./internal/LaneStores.js"
 import type { ProducerAction, ProducerEvent } from "./ProducerMachine.js"
+import type { QueueMetrics } from "../Observability/Metrics.js"
 
 export type QueueRetryPolicy = LaneRunner.QueueRetryPolicy
 
@@ -29,6 +30,8 @@ export interface DurableLaneOptions {
   readonly runFork: <A, E>(effect: Effect.Effect<A, E>) => Fiber.RuntimeFiber<A, E>
   /** Told when the queue stops and starts answering. */
   readonly health?: HealthReporter | undefined
+  /** Counts the queue calls' attempts and failures. */
+  readonly metrics?: QueueMetrics | undefined
   /** A durable operation finished; the event goes through the controller's machine. */
   readonly completed: (event: (now: number) => ProducerEvent) => void
   /** A durable operation failed for good: terminal, or to be healed by a controller restart. */
@@ -128,6 +131,7 @@ export const make = (options: DurableLaneOptions): DurableLane => {
   const runner = LaneRunner.make<LaneAction>({
     retry: options.retry,
     runFork: options.runFork,
+    metrics: options.metrics,
     failed: options.failed,
     health: options.health,
     run,

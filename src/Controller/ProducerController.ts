@@ -20,6 +20,7 @@ import type * as ProducerCalls from "./internal/ProducerCalls.js"
 import * as ProducerShell from "./internal/ProducerShell.js"
 import type { SeqLog } from "./internal/SeqLog.js"
 import * as SnapshotPool from "./internal/SnapshotPool.js"
+import type * as Metrics from "../Observability/Metrics.js"
 import * as Machine from "./ProducerMachine.js"
 
 export interface ProducerSettings {
@@ -51,6 +52,11 @@ export interface ControllerStats {
   readonly confirmed: number
   /** Inputs ignored as stale, unbound or unverified. */
   readonly dropped: number
+  /**
+   * The lag: how long ago the oldest message sent and not yet confirmed was sent or enqueued
+   * (milliseconds; 0 when every message is confirmed).
+   */
+  readonly oldestUnconfirmedAgeMillis: number
 }
 
 export interface ProducerStats extends ControllerStats {
@@ -63,7 +69,12 @@ export interface ProducerStats extends ControllerStats {
 
 export interface ProducerController<A> extends ProducerShell.ProducerSide<A> {
   readonly stats: () => ControllerStats
+  /** What the endpoint's gauges show (sampled). */
+  readonly gauges: () => Metrics.FlowGauges
 }
+
+/** How long ago `at` was (milliseconds; 0 for nothing, and never negative across clocks). */
+export const ageOf = (at: number | undefined, now: number): number => at === undefined ? 0 : Math.max(0, now - at)
 
 /** Accepts a registering controller only if it is the live consumer controller configured for us. */
 export const verifyConsumer = (record: EndpointRecord | undefined, producer: string, sender: ControllerAddress): boolean =>
@@ -106,6 +117,43 @@ const frameFitOf = (settings: ProducerSettings, system: SystemInternals, identit
       chunkSize: settings.chunkSize
     })
 
+/** The parts of the shell the stats and gauges read. */
+type Shell = Pick<ProducerShell.Shell<Machine.ProducerState, unknown>, "state" | "now" | "freeDemand">
+
+const oldestUnconfirmedAgeMillis = (shell: Shell) => ageOf(shell.state().unconfirmed.at(0)?.at, shell.now())
+
+const gaugesOf = (shell: Shell): Metrics.FlowGauges => {
+  const state = shell.state()
+  const inFlight = state.sentUpTo - state.confirmedSeq
+  return {
+    inFlight,
+    freeDemand: shell.freeDemand(),
+    // Emitted beyond the consumer's demand: stored, waiting to be sent.
+    pending: state.unconfirmed.length - inFlight,
+    workers: 0,
+    oldestUnconfirmedAgeMillis: oldestUnconfirmedAgeMillis(shell),
+    oldestPendingAgeMillis: 0
+  }
+}
+
+const countsOf = (counters: ControllerCounters): ProducerShell.MetricCounts => ({
+  sent: () => counters.sent,
+  resent: () => counters.resent,
+  confirmed: () => counters.confirmed,
+  dropped: () => counters.dropped
+})
+
+/** Observes the end-to-end latency of confirmed entries: each message's time from its send to now. */
+const endToEndLatencies = (metrics: Metrics.EndpointMetrics, now: () => number) => (confirmed: SeqLog<Machine.OutboundEntry>, count: number) => {
+  const at = now()
+  for (let index = 0; index < count; index++) {
+    const entry = confirmed.at(index)!
+    if (entry.message.chunk === undefined || entry.message.chunk.last) metrics.endToEndLatency.observe(Math.max(0, at - entry.at))
+  }
+}
+
+type ControllerCounters = { -readonly [K in keyof Omit<ControllerStats, "oldestUnconfirmedAgeMillis">]: number }
+
 export const make = <A>(
   settings: ProducerSettings,
   codec: PayloadCodec<A>,
@@ -130,6 +178,8 @@ export const make = <A>(
     // binding) leaves an earlier envelope that may still be in flight when its message is confirmed.
     let highestSent = 0
     const counters = { sent: 0, resent: 0, confirmed: 0, dropped: 0 }
+    const clock = yield* Effect.clock
+    const observeConfirmed = endToEndLatencies(hooks.metrics, () => clock.unsafeCurrentTimeMillis())
 
     /**
      * The first `count` entries were just confirmed: their messages' snapshots go back to the pool.
@@ -189,11 +239,19 @@ export const make = <A>(
       laneActions,
       perform: (action, context) => action._tag === "Send" || action._tag === "Resend" ? send(action, context) : true,
       dropped: () => void counters.dropped++,
-      afterStep: pool === undefined ? undefined : (before, after) => {
-        if (after.confirmedSeq > before.confirmedSeq) recycle(pool, before.unconfirmed, after.confirmedSeq - before.confirmedSeq)
+      metricCounts: countsOf(counters),
+      afterStep: (before, after) => {
+        if (after.confirmedSeq <= before.confirmedSeq) return
+        const count = after.confirmedSeq - before.confirmedSeq
+        observeConfirmed(before.unconfirmed, count)
+        if (pool !== undefined) recycle(pool, before.unconfirmed, count)
       },
       snapshot: pool?.copy,
       refuse: frameFit?.produced
     })
-    return { ...shell, stats: () => ({ ...counters }) }
+    return {
+      ...shell,
+      stats: () => ({ ...counters, oldestUnconfirmedAgeMillis: oldestUnconfirmedAgeMillis(shell) }),
+      gauges: () => gaugesOf(shell)
+    }
   })

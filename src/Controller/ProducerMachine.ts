@@ -50,11 +50,17 @@ export interface ProducerConfig {
 export interface OutboundEntry {
   readonly storeSeq: number
   readonly message: SequencedMessage
+  /** When the message was sent or enqueued (clock millis): its lag and end-to-end latency count from here. */
+  readonly at: number
 }
 
 /** A stored message not yet emitted: its parts in order (one part unless chunked). */
 export interface PendingMessage {
   readonly messageId: string
+  /** When it was sent or enqueued (clock millis). */
+  readonly at: number
+  /** The sender's W3C trace context, carried with every part. */
+  readonly trace?: string | undefined
   readonly parts: ReadonlyArray<{ readonly storeSeq: number; readonly payload: Uint8Array; readonly chunk?: ChunkMark | undefined }>
 }
 
@@ -584,12 +590,17 @@ const onProduce = (
     const item = items[index]
     if (chunkSize === undefined || item.payload.length <= chunkSize) {
       // The usual case, one part: no chunk arrays.
-      messages[index] = { messageId: item.messageId, parts: [{ storeSeq: ++s.lastStoreSeq, payload: item.payload, chunk: undefined }] }
+      messages[index] = {
+        messageId: item.messageId,
+        at: item.at ?? now,
+        trace: item.trace,
+        parts: [{ storeSeq: ++s.lastStoreSeq, payload: item.payload, chunk: undefined }]
+      }
       continue
     }
     const chunks = split(item.payload, chunkSize)
     const parts = chunks.map((payload, part) => ({ storeSeq: ++s.lastStoreSeq, payload, chunk: chunkMark(part, chunks.length) }))
-    messages[index] = { messageId: item.messageId, parts }
+    messages[index] = { messageId: item.messageId, at: item.at ?? now, trace: item.trace, parts }
   }
   ProducerHandshake.stored(s, messageView, grant, messages, undefined, undefined, now, out)
 }
@@ -626,7 +637,11 @@ const onProduceAckedVolatile = (
   for (let index = 0; index < items.length; index++) {
     const item = items[index]
     seq++
-    unconfirmed = unconfirmed.append({ storeSeq: seqs[index], message: sequenced(s, item.messageId, seq, item.payload, undefined) })
+    unconfirmed = unconfirmed.append({
+      storeSeq: seqs[index],
+      message: sequenced(s, item.messageId, seq, item.payload, undefined, item.trace),
+      at: item.at ?? now
+    })
   }
   s.unconfirmed = unconfirmed
   if (items.length > 0) s.lastParts = 1
@@ -664,6 +679,8 @@ const onStoreCompleted = (
   if (storing === undefined) return
   const messages = results.map((result): PendingMessage => ({
     messageId: result.messageId,
+    at: result.entries[0]?.at ?? now,
+    trace: result.entries[0]?.trace,
     parts: result.entries.map((entry) => {
       if (entry.seq > s.lastStoreSeq) s.lastStoreSeq = entry.seq
       return { storeSeq: entry.seq, payload: entry.payload, chunk: entry.chunk }
@@ -723,7 +740,11 @@ const emit = (s: Draft, message: PendingMessage): void => {
   let unconfirmed = s.unconfirmed
   for (const part of message.parts) {
     seq++
-    unconfirmed = unconfirmed.append({ storeSeq: part.storeSeq, message: sequenced(s, message.messageId, seq, part.payload, part.chunk) })
+    unconfirmed = unconfirmed.append({
+      storeSeq: part.storeSeq,
+      message: sequenced(s, message.messageId, seq, part.payload, part.chunk, message.trace),
+      at: message.at
+    })
   }
   s.unconfirmed = unconfirmed
   s.lastParts = message.parts.length
@@ -734,11 +755,15 @@ const sequenced = (
   messageId: string,
   seq: number,
   payload: Uint8Array,
-  chunk: ChunkMark | undefined
-): SequencedMessage =>
-  chunk === undefined
+  chunk: ChunkMark | undefined,
+  trace: string | undefined
+): SequencedMessage => {
+  const message: SequencedMessage = chunk === undefined
     ? { _tag: "SequencedMessage", sessionId: s.config.sessionId, messageId, seq, payload }
     : { _tag: "SequencedMessage", sessionId: s.config.sessionId, messageId, seq, payload, chunk }
+  // Only a sampled sender's messages carry a trace; the others keep their usual shape.
+  return trace === undefined ? message : { ...message, trace }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Timer and durable lifecycle
@@ -769,7 +794,11 @@ const onLoaded = (s: Draft, loaded: DurableQueueState, now: number, out: Out): v
   for (const entry of loaded.unconfirmed) {
     seq++
     const business = entry.chunk === undefined ? entry.messageId : (parseChunkMessageId(entry.messageId)?.messageId ?? entry.messageId)
-    unconfirmed = unconfirmed.append({ storeSeq: entry.seq, message: sequenced(s, business, seq, entry.payload, entry.chunk) })
+    unconfirmed = unconfirmed.append({
+      storeSeq: entry.seq,
+      message: sequenced(s, business, seq, entry.payload, entry.chunk, entry.trace),
+      at: entry.at ?? now
+    })
   }
   s.unconfirmed = unconfirmed
   const waiting = s.registrationWhileLoading

@@ -22,6 +22,7 @@ import type { HealthReporter } from "../internal/EndpointHealth.js"
 import * as LaneRunner from "./internal/LaneRunner.js"
 import * as LaneStores from "./internal/LaneStores.js"
 import type { WorkAction, WorkEvent } from "./WorkPullingMachine.js"
+import type { QueueMetrics } from "../Observability/Metrics.js"
 
 export type LaneAction = Extract<WorkAction, { readonly _tag: "Load" | "Store" | "Accept" | "ConfirmJobs" | "RecordFailure" | "DeadLetter" }>
 type StoreAction = Extract<WorkAction, { readonly _tag: "Store" }>
@@ -34,6 +35,8 @@ export interface WorkLaneOptions {
   readonly runFork: <A, E>(effect: Effect.Effect<A, E>) => Fiber.RuntimeFiber<A, E>
   /** Told when the queue stops and starts answering. */
   readonly health?: HealthReporter | undefined
+  /** Counts the queue calls' attempts and failures. */
+  readonly metrics?: QueueMetrics | undefined
   /** A durable operation finished; the event goes through the controller's machine. */
   readonly completed: (event: (now: number) => WorkEvent) => void
   /** A durable operation failed for good: terminal, or to be healed by a controller restart. */
@@ -134,6 +137,7 @@ export const make = (options: WorkLaneOptions): WorkLane => {
   const runner = LaneRunner.make<LaneOp>({
     retry: options.retry,
     runFork: options.runFork,
+    metrics: options.metrics,
     failed: options.failed,
     health: options.health,
     run,

@@ -5,7 +5,7 @@
  * `DurableWorkQueue` (`WorkLane`).
  */
 import { Duration, Effect } from "effect"
-import type { Scope } from "effect"
+import type { Clock, Scope } from "effect"
 import type { EndpointRecord } from "../internal/EndpointRegistry.js"
 import { sameAddress } from "../Protocol/Address.js"
 import type { ControllerAddress } from "../Protocol/Address.js"
@@ -14,7 +14,9 @@ import type { SystemInternals } from "../internal/SystemInternals.js"
 import type { DurableWorkQueueService } from "../DurableQueue/DurableWorkQueue.js"
 import type { QueueRetryPolicy } from "./internal/LaneRunner.js"
 import * as ProducerShell from "./internal/ProducerShell.js"
+import { ageOf } from "./ProducerController.js"
 import type { ProducerController, ProducerHooks } from "./ProducerController.js"
+import type * as Metrics from "../Observability/Metrics.js"
 import * as WorkLane from "./WorkLane.js"
 import type { WorkPullingStats } from "./WorkPullingStats.js"
 import * as Machine from "./WorkPullingMachine.js"
@@ -66,7 +68,76 @@ const newCounters = () => ({
 
 type Counters = ReturnType<typeof newCounters>
 
-const statsOf = (state: Machine.WorkState, counters: Counters): WorkPullingStats => ({
+/** The earliest send time of the jobs in the pool, and of the jobs workers hold (undefined: none). */
+export const oldestTimes = (state: Machine.WorkState): { readonly pending: number | undefined; readonly unconfirmed: number | undefined } => {
+  // The pool is in dispatch order, not age order (a requeued job goes back to its head).
+  let pending: number | undefined
+  for (let index = 0; index < state.pool.length; index++) {
+    const at = state.pool.at(index)!.at
+    if (pending === undefined || at < pending) pending = at
+  }
+  let unconfirmed: number | undefined
+  for (const binding of state.bindings) {
+    const at = binding.unconfirmed.at(0)?.job.at
+    if (at !== undefined && (unconfirmed === undefined || at < unconfirmed)) unconfirmed = at
+  }
+  return { pending, unconfirmed }
+}
+
+/**
+ * Observes the end-to-end latency of the jobs each binding's worker just confirmed (not those it
+ * settled another way): each job's time from its send to now.
+ */
+const endToEndLatencies = (metrics: Metrics.EndpointMetrics, clock: Clock.Clock) => (before: Machine.WorkState, after: Machine.WorkState) => {
+  if (before.bindings === after.bindings) return
+  for (const binding of after.bindings) {
+    const earlier = before.bindings.find((candidate) => candidate.sessionId === binding.sessionId)
+    if (earlier === undefined || binding.confirmedSeq <= earlier.confirmedSeq) continue
+    const at = clock.unsafeCurrentTimeMillis()
+    for (let seq = earlier.confirmedSeq + 1; seq <= binding.confirmedSeq; seq++) {
+      const sent = earlier.unconfirmed.at(seq - earlier.confirmedSeq - 1)
+      if (sent !== undefined && !earlier.settled.has(seq)) metrics.endToEndLatency.observe(Math.max(0, at - sent.job.at))
+    }
+  }
+}
+
+/** The counts the endpoint's counter metrics take, as `stats` reports them. */
+const metricCountsOf = (counters: Counters): ProducerShell.MetricCounts => ({
+  sent: () => counters.sent + counters.dispatched,
+  resent: () => counters.resent,
+  confirmed: () => counters.confirmed,
+  dropped: () => counters.dropped + counters.fenced
+})
+
+/** What the endpoint's gauges show: the pool's totals over its bound workers. */
+const gaugesOf = (state: Machine.WorkState, now: number): Metrics.FlowGauges => {
+  let inFlight = 0
+  let freeDemand = 0
+  for (const binding of state.bindings) {
+    inFlight += binding.unconfirmed.length - binding.settled.size
+    freeDemand += Machine.freeDemand(binding)
+  }
+  const oldest = oldestTimes(state)
+  return {
+    inFlight,
+    freeDemand,
+    pending: state.pool.length,
+    workers: state.bindings.length,
+    oldestUnconfirmedAgeMillis: ageOf(oldest.unconfirmed, now),
+    oldestPendingAgeMillis: ageOf(oldest.pending, now)
+  }
+}
+
+const statsOf = (state: Machine.WorkState, counters: Counters, now: number): WorkPullingStats => {
+  const oldest = oldestTimes(state)
+  return {
+    ...countsOf(state, counters),
+    oldestPendingAgeMillis: ageOf(oldest.pending, now),
+    oldestUnconfirmedAgeMillis: ageOf(oldest.unconfirmed, now)
+  }
+}
+
+const countsOf = (state: Machine.WorkState, counters: Counters) => ({
   workers: state.bindings.length,
   pending: state.pool.length,
   perWorker: state.bindings.map((binding) => ({
@@ -106,6 +177,7 @@ export const make = <A>(
       durable: settings.durableQueue !== undefined
     }
     const counters = newCounters()
+    const observeConfirmed = endToEndLatencies(hooks.metrics, yield* Effect.clock)
 
     const verify = (worker: ControllerAddress) =>
       Effect.map(system.lookup(worker.endpoint), (record) => verifyWorker(record, settings.endpoint, worker))
@@ -167,13 +239,15 @@ export const make = <A>(
       },
       laneActions,
       perform,
+      metricCounts: metricCountsOf(counters),
       dropped: (reason) => {
         if (reason === "UnverifiedSender") counters.fenced++
         else counters.dropped++
       },
       // A first binding sets an audit deadline the idle timer must learn about.
-      afterStep: (_, after) => {
+      afterStep: (before, after) => {
         if (after.nextAuditAt !== undefined) shell.wakeTimer()
+        observeConfirmed(before, after)
       }
     })
 
@@ -183,8 +257,10 @@ export const make = <A>(
         sent: counters.sent + counters.dispatched,
         resent: counters.resent,
         confirmed: counters.confirmed,
-        dropped: counters.dropped + counters.fenced
+        dropped: counters.dropped + counters.fenced,
+        oldestUnconfirmedAgeMillis: ageOf(oldestTimes(shell.state()).unconfirmed, shell.now())
       }),
-      workStats: () => statsOf(shell.state(), counters)
+      workStats: () => statsOf(shell.state(), counters, shell.now()),
+      gauges: () => gaugesOf(shell.state(), shell.now())
     }
   })

@@ -51,6 +51,10 @@ export interface Job {
   readonly payload: Uint8Array
   /** Which attempt its next dispatch is (absent: the first). */
   readonly attempt?: number | undefined
+  /** When it was sent or enqueued (clock millis): the pending lag counts from here. */
+  readonly at: number
+  /** The sender's W3C trace context, carried with every dispatch. */
+  readonly trace?: string | undefined
 }
 
 /** A failed job waiting for its retry time before it goes back to the pool. */
@@ -613,9 +617,11 @@ const dispatchPool = (s: Draft, out: Out): void => {
 
 const send = (binding: BindingDraft, job: Job, out: Out): void => {
   const seq = lastSeqOf(binding) + 1
-  const message: SequencedMessage = job.attempt === undefined || job.attempt <= 1
+  const first: SequencedMessage = job.attempt === undefined || job.attempt <= 1
     ? { _tag: "SequencedMessage", sessionId: binding.sessionId, messageId: job.messageId, seq, payload: job.payload }
     : { _tag: "SequencedMessage", sessionId: binding.sessionId, messageId: job.messageId, seq, payload: job.payload, attempt: job.attempt }
+  // Only a sampled sender's jobs carry a trace; the others keep their usual shape.
+  const message: SequencedMessage = job.trace === undefined ? first : { ...first, trace: job.trace }
   binding.unconfirmed = binding.unconfirmed.append({ job, message })
   binding.dispatched++
   out.push({ _tag: "Send", to: binding.address, message })
@@ -652,7 +658,13 @@ const onProduce = (
     out.push({ _tag: "Store", token: grant.token, items, accept: acknowledged })
     return
   }
-  const jobs = items.map((item): Job => ({ storeSeq: ++s.lastStoreSeq, messageId: item.messageId, payload: item.payload }))
+  const jobs = items.map((item): Job => ({
+    storeSeq: ++s.lastStoreSeq,
+    messageId: item.messageId,
+    payload: item.payload,
+    at: item.at ?? now,
+    trace: item.trace
+  }))
   Handshake.stored(s, jobView, grant, jobs, undefined, undefined, now, out)
 }
 
@@ -677,7 +689,7 @@ const onStoreCompleted = (
   for (let index = 0; index < results.length; index++) {
     const { entry, alreadyStored, accepted, confirmed } = results[index]
     if (entry.seq > s.lastStoreSeq) s.lastStoreSeq = entry.seq
-    jobs.push({ storeSeq: entry.seq, messageId: entry.messageId, payload: entry.payload })
+    jobs.push({ storeSeq: entry.seq, messageId: entry.messageId, payload: entry.payload, at: entry.at ?? now, trace: entry.trace })
     known.push(
       alreadyStored && (
         confirmed || results[index].deadLettered === true || Handshake.acceptedBefore(storing, retried, accepted) || isHeld(s, entry.messageId) ||
@@ -746,7 +758,14 @@ const onLoaded = (s: Draft, loaded: WorkQueueState, now: number, out: Out): void
   // A job that failed before keeps its attempt count, and waits for its retry time if it has one.
   const ready: Array<Job> = []
   for (const entry of loaded.pending) {
-    const job: Job = { storeSeq: entry.seq, messageId: entry.messageId, payload: entry.payload, attempt: (entry.attempts ?? 0) + 1 }
+    const job: Job = {
+      storeSeq: entry.seq,
+      messageId: entry.messageId,
+      payload: entry.payload,
+      attempt: (entry.attempts ?? 0) + 1,
+      at: entry.at ?? now,
+      trace: entry.trace
+    }
     if (entry.notBefore !== undefined && entry.notBefore > now) retryLater(s, job, entry.notBefore)
     else ready.push(job)
   }

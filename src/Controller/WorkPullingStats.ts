@@ -20,6 +20,13 @@ export interface WorkPullingStats {
   readonly workers: number
   /** Accepted jobs no worker holds. */
   readonly pending: number
+  /**
+   * The pending lag: how long ago the oldest job no worker holds was sent or enqueued
+   * (milliseconds; 0 when none waits).
+   */
+  readonly oldestPendingAgeMillis: number
+  /** How long ago the oldest job a worker holds unconfirmed was sent or enqueued (milliseconds; 0 for none). */
+  readonly oldestUnconfirmedAgeMillis: number
   /** Each bound worker, in round-robin order. */
   readonly perWorker: ReadonlyArray<WorkerStats>
   /** Jobs sent to workers (a requeued job counts again). */

@@ -385,238 +385,252 @@ const loadTests = ({ fresh }: Suite) =>
       }))
   })
 
-const storeTests = ({ fresh }: Suite) =>
+const storeSequenceTests = ({ fresh }: Suite) => {
+  it.scoped("assigns seqs 1, 2, 3 in store order", () =>
+    Effect.gen(function*() {
+      const queue = yield* fresh
+      const { epoch } = yield* queue.load
+      const results = []
+      for (const id of ["x", "y", "z"]) results.push(yield* queue.store(epoch, { messageId: id, payload: bytes(id) }))
+      expect(results.map(viewResult)).toEqual(["x", "y", "z"].map((id, i) => ({
+        messageId: id,
+        alreadyStored: false,
+        accepted: false,
+        entries: [{ seq: i + 1, messageId: id, payload: hex(bytes(id)), chunk: null }]
+      })))
+    }))
+
+  it.scoped("the first write wins: a retry returns it and appends nothing", () =>
+    Effect.gen(function*() {
+      const queue = yield* fresh
+      const { epoch } = yield* queue.load
+      yield* queue.store(epoch, { messageId: "a", payload: bytes("first") })
+      const retry = yield* queue.store(epoch, { messageId: "a", payload: bytes("second") })
+      expect(viewResult(retry)).toEqual({
+        messageId: "a",
+        alreadyStored: true,
+        accepted: false,
+        entries: [{ seq: 1, messageId: "a", payload: hex(bytes("first")), chunk: null }]
+      })
+      yield* queue.accept(epoch, "a")
+      expect((yield* queue.store(epoch, { messageId: "a", payload: bytes("third") })).accepted).toBe(true)
+      expect((yield* queue.store(epoch, { messageId: "b", payload: bytes("b") })).entries[0].seq).toBe(2)
+      expect((yield* queue.load).state.currentSeq).toBe(2)
+    }))
+
+  it.scoped("stored but unaccepted entries keep their seqs and are not loaded", () =>
+    Effect.gen(function*() {
+      const queue = yield* fresh
+      const { epoch } = yield* queue.load
+      yield* queue.store(epoch, { messageId: "a", payload: bytes("a") })
+      const { epoch: next, state } = yield* queue.load
+      expect(viewState(state)).toEqual({ currentSeq: 1, confirmedSeq: 0, unconfirmed: [] })
+      const retry = yield* queue.store(next, { messageId: "a", payload: bytes("again") })
+      expect(retry.alreadyStored).toBe(true)
+      expect(retry.entries[0].seq).toBe(1)
+    }))
+
+  it.scoped("a confirm above a stored, never-accepted entry keeps its payload: a resubmission gets the first write", () =>
+    Effect.gen(function*() {
+      const queue = yield* fresh
+      const { epoch } = yield* queue.load
+      // "a" was stored by a producer that stopped before accepting it; "b" went on and was confirmed.
+      const a = yield* queue.store(epoch, { messageId: "a", payload: bytes("first") })
+      yield* queue.store(epoch, { messageId: "b", payload: bytes("b") })
+      yield* queue.accept(epoch, "b")
+      yield* queue.confirm(epoch, 2)
+      const { epoch: next } = yield* queue.load
+      const again = yield* queue.store(next, { messageId: "a", payload: bytes("again") })
+      expect(viewResult(again)).toEqual({ ...viewResult(a), alreadyStored: true, accepted: false })
+    }))
+}
+
+const storeConcurrencyTests = ({ fresh }: Suite) => {
+  it.scoped("an empty id or one in the reserved chunk namespace is QueueConflict", () =>
+    Effect.gen(function*() {
+      const queue = yield* fresh
+      const { epoch } = yield* queue.load
+      const reserved = chunkMessageId("x", 0, 2)
+      expect(yield* failureTag(queue.store(epoch, { messageId: "", payload: bytes("a") }))).toBe("QueueConflict")
+      expect(yield* failureTag(queue.store(epoch, { messageId: reserved, payload: bytes("a") }))).toBe("QueueConflict")
+      expect(yield* failureTag(queue.storeChunked(epoch, reserved, [bytes("a")]))).toBe("QueueConflict")
+      expect(yield* failureTag(queue.storeChunked(epoch, "no-chunks", []))).toBe("QueueConflict")
+      expect((yield* queue.load).state.currentSeq).toBe(0)
+    }))
+
+  it.scoped("concurrent stores of one id: exactly one seq, every caller sees the first write", () =>
+    Effect.gen(function*() {
+      const queue = yield* fresh
+      const { epoch } = yield* queue.load
+      const results = yield* Effect.all(
+        Array.from({ length: 20 }, (_, i) => queue.store(epoch, { messageId: "same", payload: bytes(`p${i}`) })),
+        { concurrency: "unbounded" }
+      )
+      expect(results.filter((result) => !result.alreadyStored)).toHaveLength(1)
+      const winner = results.find((result) => !result.alreadyStored)!
+      for (const result of results) expect(result.entries.map(viewEntry)).toEqual(winner.entries.map(viewEntry))
+      expect(winner.entries[0].seq).toBe(1)
+      expect((yield* queue.load).state.currentSeq).toBe(1)
+    }))
+
+  it.scoped("concurrent stores of distinct ids take distinct seqs 1..n", () =>
+    Effect.gen(function*() {
+      const queue = yield* fresh
+      const { epoch } = yield* queue.load
+      const results = yield* Effect.all(
+        Array.from({ length: 30 }, (_, i) => queue.store(epoch, { messageId: `m${i}`, payload: bytes(`${i}`) })),
+        { concurrency: "unbounded" }
+      )
+      const seqs = results.map((result) => result.entries[0].seq).sort((a, b) => a - b)
+      expect(seqs).toEqual(Array.from({ length: 30 }, (_, i) => i + 1))
+      expect(results.every((result) => !result.alreadyStored)).toBe(true)
+    }))
+
+  it.scoped("concurrent whole and chunked stores of one id: one shape wins for everyone", () =>
+    Effect.gen(function*() {
+      const queue = yield* fresh
+      const { epoch } = yield* queue.load
+      const attempts = Array.from({ length: 12 }, (_, i) =>
+        i % 2 === 0
+          ? Effect.either(queue.store(epoch, { messageId: "m", payload: bytes(`w${i}`) }))
+          : Effect.either(queue.storeChunked(epoch, "m", [bytes(`c${i}`), bytes(`d${i}`)])))
+      const outcomes = yield* Effect.all(attempts, { concurrency: "unbounded" })
+      const stored = outcomes.filter(Either.isRight).map((outcome) => outcome.right)
+      const winners = stored.filter((result) => !result.alreadyStored)
+      expect(winners).toHaveLength(1)
+      const winner = winners[0]
+      for (const result of stored) expect(result.entries.map(viewEntry)).toEqual(winner.entries.map(viewEntry))
+      const failures = outcomes.filter(Either.isLeft).map((outcome) => outcome.left._tag)
+      // a plain store fails only when the chunked batch won
+      expect(failures.every((tag) => tag === "QueueChunkedBatch")).toBe(true)
+      if (winner.entries.length === 1) expect(failures).toHaveLength(0)
+      expect((yield* queue.load).state.currentSeq).toBe(winner.entries.length)
+    }))
+}
+
+const storeTests = (suite: Suite) =>
   describe("store", () => {
-    it.scoped("assigns seqs 1, 2, 3 in store order", () =>
-      Effect.gen(function*() {
-        const queue = yield* fresh
-        const { epoch } = yield* queue.load
-        const results = []
-        for (const id of ["x", "y", "z"]) results.push(yield* queue.store(epoch, { messageId: id, payload: bytes(id) }))
-        expect(results.map(viewResult)).toEqual(["x", "y", "z"].map((id, i) => ({
-          messageId: id,
-          alreadyStored: false,
-          accepted: false,
-          entries: [{ seq: i + 1, messageId: id, payload: hex(bytes(id)), chunk: null }]
-        })))
-      }))
-
-    it.scoped("the first write wins: a retry returns it and appends nothing", () =>
-      Effect.gen(function*() {
-        const queue = yield* fresh
-        const { epoch } = yield* queue.load
-        yield* queue.store(epoch, { messageId: "a", payload: bytes("first") })
-        const retry = yield* queue.store(epoch, { messageId: "a", payload: bytes("second") })
-        expect(viewResult(retry)).toEqual({
-          messageId: "a",
-          alreadyStored: true,
-          accepted: false,
-          entries: [{ seq: 1, messageId: "a", payload: hex(bytes("first")), chunk: null }]
-        })
-        yield* queue.accept(epoch, "a")
-        expect((yield* queue.store(epoch, { messageId: "a", payload: bytes("third") })).accepted).toBe(true)
-        expect((yield* queue.store(epoch, { messageId: "b", payload: bytes("b") })).entries[0].seq).toBe(2)
-        expect((yield* queue.load).state.currentSeq).toBe(2)
-      }))
-
-    it.scoped("stored but unaccepted entries keep their seqs and are not loaded", () =>
-      Effect.gen(function*() {
-        const queue = yield* fresh
-        const { epoch } = yield* queue.load
-        yield* queue.store(epoch, { messageId: "a", payload: bytes("a") })
-        const { epoch: next, state } = yield* queue.load
-        expect(viewState(state)).toEqual({ currentSeq: 1, confirmedSeq: 0, unconfirmed: [] })
-        const retry = yield* queue.store(next, { messageId: "a", payload: bytes("again") })
-        expect(retry.alreadyStored).toBe(true)
-        expect(retry.entries[0].seq).toBe(1)
-      }))
-
-    it.scoped("a confirm above a stored, never-accepted entry keeps its payload: a resubmission gets the first write", () =>
-      Effect.gen(function*() {
-        const queue = yield* fresh
-        const { epoch } = yield* queue.load
-        // "a" was stored by a producer that stopped before accepting it; "b" went on and was confirmed.
-        const a = yield* queue.store(epoch, { messageId: "a", payload: bytes("first") })
-        yield* queue.store(epoch, { messageId: "b", payload: bytes("b") })
-        yield* queue.accept(epoch, "b")
-        yield* queue.confirm(epoch, 2)
-        const { epoch: next } = yield* queue.load
-        const again = yield* queue.store(next, { messageId: "a", payload: bytes("again") })
-        expect(viewResult(again)).toEqual({ ...viewResult(a), alreadyStored: true, accepted: false })
-      }))
-
-    it.scoped("an empty id or one in the reserved chunk namespace is QueueConflict", () =>
-      Effect.gen(function*() {
-        const queue = yield* fresh
-        const { epoch } = yield* queue.load
-        const reserved = chunkMessageId("x", 0, 2)
-        expect(yield* failureTag(queue.store(epoch, { messageId: "", payload: bytes("a") }))).toBe("QueueConflict")
-        expect(yield* failureTag(queue.store(epoch, { messageId: reserved, payload: bytes("a") }))).toBe("QueueConflict")
-        expect(yield* failureTag(queue.storeChunked(epoch, reserved, [bytes("a")]))).toBe("QueueConflict")
-        expect(yield* failureTag(queue.storeChunked(epoch, "no-chunks", []))).toBe("QueueConflict")
-        expect((yield* queue.load).state.currentSeq).toBe(0)
-      }))
-
-    it.scoped("concurrent stores of one id: exactly one seq, every caller sees the first write", () =>
-      Effect.gen(function*() {
-        const queue = yield* fresh
-        const { epoch } = yield* queue.load
-        const results = yield* Effect.all(
-          Array.from({ length: 20 }, (_, i) => queue.store(epoch, { messageId: "same", payload: bytes(`p${i}`) })),
-          { concurrency: "unbounded" }
-        )
-        expect(results.filter((result) => !result.alreadyStored)).toHaveLength(1)
-        const winner = results.find((result) => !result.alreadyStored)!
-        for (const result of results) expect(result.entries.map(viewEntry)).toEqual(winner.entries.map(viewEntry))
-        expect(winner.entries[0].seq).toBe(1)
-        expect((yield* queue.load).state.currentSeq).toBe(1)
-      }))
-
-    it.scoped("concurrent stores of distinct ids take distinct seqs 1..n", () =>
-      Effect.gen(function*() {
-        const queue = yield* fresh
-        const { epoch } = yield* queue.load
-        const results = yield* Effect.all(
-          Array.from({ length: 30 }, (_, i) => queue.store(epoch, { messageId: `m${i}`, payload: bytes(`${i}`) })),
-          { concurrency: "unbounded" }
-        )
-        const seqs = results.map((result) => result.entries[0].seq).sort((a, b) => a - b)
-        expect(seqs).toEqual(Array.from({ length: 30 }, (_, i) => i + 1))
-        expect(results.every((result) => !result.alreadyStored)).toBe(true)
-      }))
-
-    it.scoped("concurrent whole and chunked stores of one id: one shape wins for everyone", () =>
-      Effect.gen(function*() {
-        const queue = yield* fresh
-        const { epoch } = yield* queue.load
-        const attempts = Array.from({ length: 12 }, (_, i) =>
-          i % 2 === 0
-            ? Effect.either(queue.store(epoch, { messageId: "m", payload: bytes(`w${i}`) }))
-            : Effect.either(queue.storeChunked(epoch, "m", [bytes(`c${i}`), bytes(`d${i}`)])))
-        const outcomes = yield* Effect.all(attempts, { concurrency: "unbounded" })
-        const stored = outcomes.filter(Either.isRight).map((outcome) => outcome.right)
-        const winners = stored.filter((result) => !result.alreadyStored)
-        expect(winners).toHaveLength(1)
-        const winner = winners[0]
-        for (const result of stored) expect(result.entries.map(viewEntry)).toEqual(winner.entries.map(viewEntry))
-        const failures = outcomes.filter(Either.isLeft).map((outcome) => outcome.left._tag)
-        // a plain store fails only when the chunked batch won
-        expect(failures.every((tag) => tag === "QueueChunkedBatch")).toBe(true)
-        if (winner.entries.length === 1) expect(failures).toHaveLength(0)
-        expect((yield* queue.load).state.currentSeq).toBe(winner.entries.length)
-      }))
+    storeSequenceTests(suite)
+    storeConcurrencyTests(suite)
   })
 
-const chunkedTests = ({ fresh }: Suite) =>
+const chunkedStoreTests = ({ fresh }: Suite) => {
+  it.scoped("storeChunked takes one seq per chunk, with derived ids and chunk marks", () =>
+    Effect.gen(function*() {
+      const queue = yield* fresh
+      const { epoch } = yield* queue.load
+      yield* queue.store(epoch, { messageId: "before", payload: bytes("b") })
+      const result = yield* queue.storeChunked(epoch, "big", [bytes("1"), bytes("2"), bytes("3")])
+      expect(viewResult(result)).toEqual({
+        messageId: "big",
+        alreadyStored: false,
+        accepted: false,
+        entries: [
+          { seq: 2, messageId: chunkMessageId("big", 0, 3), payload: hex(bytes("1")), chunk: { first: true, last: false } },
+          { seq: 3, messageId: chunkMessageId("big", 1, 3), payload: hex(bytes("2")), chunk: { first: false, last: false } },
+          { seq: 4, messageId: chunkMessageId("big", 2, 3), payload: hex(bytes("3")), chunk: { first: false, last: true } }
+        ]
+      })
+      const single = yield* queue.storeChunked(epoch, "one", [bytes("only")])
+      expect(viewResult(single).entries).toEqual([
+        { seq: 5, messageId: chunkMessageId("one", 0, 1), payload: hex(bytes("only")), chunk: { first: true, last: true } }
+      ])
+    }))
+
+  it.scoped("accepting the business id accepts every chunk; load returns the chunk entries", () =>
+    Effect.gen(function*() {
+      const queue = yield* fresh
+      const { epoch } = yield* queue.load
+      const stored = yield* queue.storeChunked(epoch, "big", [bytes("1"), bytes("2")])
+      yield* queue.accept(epoch, "big")
+      const { state } = yield* queue.load
+      expect(viewState(state).unconfirmed).toEqual(stored.entries.map(viewEntry))
+    }))
+
+  it.scoped("a chunked batch is never interleaved with other stores", () =>
+    Effect.gen(function*() {
+      const queue = yield* fresh
+      const { epoch } = yield* queue.load
+      const results = yield* Effect.all(
+        Array.from({ length: 10 }, (_, i) =>
+          i % 3 === 0
+            ? queue.store(epoch, { messageId: `w${i}`, payload: bytes(`${i}`) })
+            : queue.storeChunked(epoch, `c${i}`, Array.from({ length: 3 }, (_, j) => bytes(`${i}.${j}`)))),
+        { concurrency: "unbounded" }
+      )
+      const seqs = results.flatMap((result) => result.entries.map((entry) => entry.seq)).sort((a, b) => a - b)
+      expect(seqs).toEqual(Array.from({ length: seqs.length }, (_, i) => i + 1))
+      for (const result of results) {
+        const own = result.entries.map((entry) => entry.seq)
+        expect(own).toEqual(own.map((_, j) => own[0] + j))
+      }
+    }))
+}
+
+const chunkedRecoveryTests = ({ fresh }: Suite) => {
+  it.scoped("store on a chunked batch's id fails with QueueChunkedBatch and appends nothing", () =>
+    Effect.gen(function*() {
+      const queue = yield* fresh
+      const { epoch } = yield* queue.load
+      yield* queue.storeChunked(epoch, "big", [bytes("1"), bytes("2")])
+      expect(yield* failureTag(queue.store(epoch, { messageId: "big", payload: bytes("whole") })))
+        .toBe("QueueChunkedBatch")
+      expect(
+        yield* failureTag(queue.storeBatch(epoch, [
+          { messageId: "new", payload: bytes("n") },
+          { messageId: "big", payload: bytes("whole") }
+        ]))
+      ).toBe("QueueChunkedBatch")
+      expect((yield* queue.load).state.currentSeq).toBe(2)
+      // the failed batch wrote nothing: "new" is still new
+      const { epoch: next } = yield* queue.load
+      expect((yield* queue.store(next, { messageId: "new", payload: bytes("n") })).alreadyStored).toBe(false)
+    }))
+
+  it.scoped("a resubmission recovers the stored shape across the chunk threshold, both ways", () =>
+    Effect.gen(function*() {
+      const queue = yield* fresh
+      const { epoch } = yield* queue.load
+      // stored whole, resubmitted chunked: the whole entry answers
+      const whole = yield* queue.store(epoch, { messageId: "w", payload: bytes("whole") })
+      const asChunks = yield* queue.storeChunked(epoch, "w", [bytes("wh"), bytes("ole")])
+      expect(viewResult(asChunks)).toEqual({ ...viewResult(whole), alreadyStored: true })
+      // stored chunked, resubmitted whole: QueueChunkedBatch, then storeChunked (any count) recovers
+      const chunked = yield* queue.storeChunked(epoch, "c", [bytes("ch"), bytes("un"), bytes("ks")])
+      expect(yield* failureTag(queue.store(epoch, { messageId: "c", payload: bytes("chunks") })))
+        .toBe("QueueChunkedBatch")
+      const recovered = yield* queue.storeChunked(epoch, "c", [bytes("chunks!")])
+      expect(viewResult(recovered)).toEqual({ ...viewResult(chunked), alreadyStored: true })
+      expect((yield* queue.load).state.currentSeq).toBe(4)
+    }))
+
+  it.scoped("confirmed but retained ids still answer alreadyStored, in their stored shape", () =>
+    Effect.gen(function*() {
+      const queue = yield* fresh
+      const { epoch } = yield* queue.load
+      const whole = yield* queue.store(epoch, { messageId: "w", payload: bytes("whole") })
+      const chunked = yield* queue.storeChunked(epoch, "c", [bytes("1"), bytes("2")])
+      yield* queue.acceptBatch(epoch, ["w", "c"])
+      yield* queue.confirm(epoch, 3)
+      const { epoch: next, state } = yield* queue.load
+      expect(viewState(state)).toEqual({ currentSeq: 3, confirmedSeq: 3, unconfirmed: [] })
+      const again = yield* queue.store(next, { messageId: "w", payload: bytes("other") })
+      expect(allowCompacted([viewResult(again)], [viewResult(whole)], upTo(3))).toEqual([
+        { ...viewResult(whole), alreadyStored: true, accepted: true }
+      ])
+      const againChunked = yield* queue.storeChunked(next, "c", [bytes("x")])
+      expect(allowCompacted([viewResult(againChunked)], [viewResult(chunked)], upTo(3))).toEqual([
+        { ...viewResult(chunked), alreadyStored: true, accepted: true }
+      ])
+      expect(yield* failureTag(queue.store(next, { messageId: "c", payload: bytes("c") }))).toBe("QueueChunkedBatch")
+      expect((yield* queue.load).state.currentSeq).toBe(3)
+    }))
+}
+
+const chunkedTests = (suite: Suite) =>
   describe("chunked batches", () => {
-    it.scoped("storeChunked takes one seq per chunk, with derived ids and chunk marks", () =>
-      Effect.gen(function*() {
-        const queue = yield* fresh
-        const { epoch } = yield* queue.load
-        yield* queue.store(epoch, { messageId: "before", payload: bytes("b") })
-        const result = yield* queue.storeChunked(epoch, "big", [bytes("1"), bytes("2"), bytes("3")])
-        expect(viewResult(result)).toEqual({
-          messageId: "big",
-          alreadyStored: false,
-          accepted: false,
-          entries: [
-            { seq: 2, messageId: chunkMessageId("big", 0, 3), payload: hex(bytes("1")), chunk: { first: true, last: false } },
-            { seq: 3, messageId: chunkMessageId("big", 1, 3), payload: hex(bytes("2")), chunk: { first: false, last: false } },
-            { seq: 4, messageId: chunkMessageId("big", 2, 3), payload: hex(bytes("3")), chunk: { first: false, last: true } }
-          ]
-        })
-        const single = yield* queue.storeChunked(epoch, "one", [bytes("only")])
-        expect(viewResult(single).entries).toEqual([
-          { seq: 5, messageId: chunkMessageId("one", 0, 1), payload: hex(bytes("only")), chunk: { first: true, last: true } }
-        ])
-      }))
-
-    it.scoped("accepting the business id accepts every chunk; load returns the chunk entries", () =>
-      Effect.gen(function*() {
-        const queue = yield* fresh
-        const { epoch } = yield* queue.load
-        const stored = yield* queue.storeChunked(epoch, "big", [bytes("1"), bytes("2")])
-        yield* queue.accept(epoch, "big")
-        const { state } = yield* queue.load
-        expect(viewState(state).unconfirmed).toEqual(stored.entries.map(viewEntry))
-      }))
-
-    it.scoped("a chunked batch is never interleaved with other stores", () =>
-      Effect.gen(function*() {
-        const queue = yield* fresh
-        const { epoch } = yield* queue.load
-        const results = yield* Effect.all(
-          Array.from({ length: 10 }, (_, i) =>
-            i % 3 === 0
-              ? queue.store(epoch, { messageId: `w${i}`, payload: bytes(`${i}`) })
-              : queue.storeChunked(epoch, `c${i}`, Array.from({ length: 3 }, (_, j) => bytes(`${i}.${j}`)))),
-          { concurrency: "unbounded" }
-        )
-        const seqs = results.flatMap((result) => result.entries.map((entry) => entry.seq)).sort((a, b) => a - b)
-        expect(seqs).toEqual(Array.from({ length: seqs.length }, (_, i) => i + 1))
-        for (const result of results) {
-          const own = result.entries.map((entry) => entry.seq)
-          expect(own).toEqual(own.map((_, j) => own[0] + j))
-        }
-      }))
-
-    it.scoped("store on a chunked batch's id fails with QueueChunkedBatch and appends nothing", () =>
-      Effect.gen(function*() {
-        const queue = yield* fresh
-        const { epoch } = yield* queue.load
-        yield* queue.storeChunked(epoch, "big", [bytes("1"), bytes("2")])
-        expect(yield* failureTag(queue.store(epoch, { messageId: "big", payload: bytes("whole") })))
-          .toBe("QueueChunkedBatch")
-        expect(
-          yield* failureTag(queue.storeBatch(epoch, [
-            { messageId: "new", payload: bytes("n") },
-            { messageId: "big", payload: bytes("whole") }
-          ]))
-        ).toBe("QueueChunkedBatch")
-        expect((yield* queue.load).state.currentSeq).toBe(2)
-        // the failed batch wrote nothing: "new" is still new
-        const { epoch: next } = yield* queue.load
-        expect((yield* queue.store(next, { messageId: "new", payload: bytes("n") })).alreadyStored).toBe(false)
-      }))
-
-    it.scoped("a resubmission recovers the stored shape across the chunk threshold, both ways", () =>
-      Effect.gen(function*() {
-        const queue = yield* fresh
-        const { epoch } = yield* queue.load
-        // stored whole, resubmitted chunked: the whole entry answers
-        const whole = yield* queue.store(epoch, { messageId: "w", payload: bytes("whole") })
-        const asChunks = yield* queue.storeChunked(epoch, "w", [bytes("wh"), bytes("ole")])
-        expect(viewResult(asChunks)).toEqual({ ...viewResult(whole), alreadyStored: true })
-        // stored chunked, resubmitted whole: QueueChunkedBatch, then storeChunked (any count) recovers
-        const chunked = yield* queue.storeChunked(epoch, "c", [bytes("ch"), bytes("un"), bytes("ks")])
-        expect(yield* failureTag(queue.store(epoch, { messageId: "c", payload: bytes("chunks") })))
-          .toBe("QueueChunkedBatch")
-        const recovered = yield* queue.storeChunked(epoch, "c", [bytes("chunks!")])
-        expect(viewResult(recovered)).toEqual({ ...viewResult(chunked), alreadyStored: true })
-        expect((yield* queue.load).state.currentSeq).toBe(4)
-      }))
-
-    it.scoped("confirmed but retained ids still answer alreadyStored, in their stored shape", () =>
-      Effect.gen(function*() {
-        const queue = yield* fresh
-        const { epoch } = yield* queue.load
-        const whole = yield* queue.store(epoch, { messageId: "w", payload: bytes("whole") })
-        const chunked = yield* queue.storeChunked(epoch, "c", [bytes("1"), bytes("2")])
-        yield* queue.acceptBatch(epoch, ["w", "c"])
-        yield* queue.confirm(epoch, 3)
-        const { epoch: next, state } = yield* queue.load
-        expect(viewState(state)).toEqual({ currentSeq: 3, confirmedSeq: 3, unconfirmed: [] })
-        const again = yield* queue.store(next, { messageId: "w", payload: bytes("other") })
-        expect(allowCompacted([viewResult(again)], [viewResult(whole)], upTo(3))).toEqual([
-          { ...viewResult(whole), alreadyStored: true, accepted: true }
-        ])
-        const againChunked = yield* queue.storeChunked(next, "c", [bytes("x")])
-        expect(allowCompacted([viewResult(againChunked)], [viewResult(chunked)], upTo(3))).toEqual([
-          { ...viewResult(chunked), alreadyStored: true, accepted: true }
-        ])
-        expect(yield* failureTag(queue.store(next, { messageId: "c", payload: bytes("c") }))).toBe("QueueChunkedBatch")
-        expect((yield* queue.load).state.currentSeq).toBe(3)
-      }))
+    chunkedStoreTests(suite)
+    chunkedRecoveryTests(suite)
   })
 
 const acceptConfirmTests = ({ fresh }: Suite) =>
@@ -946,150 +960,157 @@ const batchTests = ({ fresh, seeds }: Suite) =>
       }))
   })
 
-const storeAcceptedTests = ({ fresh, seeds }: Suite) =>
-  describe("storeAccepted (optional)", () => {
-    it.scoped("stores and accepts in one step; each result is the store's", () =>
-      Effect.gen(function*() {
-        const queue = yield* fresh
-        const storeAccepted = queue.storeAccepted
-        if (storeAccepted === undefined) return
-        const { epoch } = yield* queue.load
-        yield* queue.store(epoch, { messageId: "old", payload: bytes("o") })
-        const results = yield* storeAccepted(epoch, [
-          { messageId: "a", payload: bytes("a") },
-          { messageId: "old", payload: bytes("other") },
-          { messageId: "b", payload: bytes("b") },
-          { messageId: "a", payload: bytes("again") }
-        ])
-        const entry = (seq: number, messageId: string, payload: string) => ({
-          seq,
-          messageId,
-          payload: hex(bytes(payload)),
-          chunk: null
-        })
-        expect(results.map(viewResult)).toEqual([
-          { messageId: "a", alreadyStored: false, accepted: false, entries: [entry(2, "a", "a")] },
-          // stored before, not accepted: its first write, accepted by this call
-          { messageId: "old", alreadyStored: true, accepted: false, entries: [entry(1, "old", "o")] },
-          { messageId: "b", alreadyStored: false, accepted: false, entries: [entry(3, "b", "b")] },
-          // accepted earlier in the same call, as store then accept one by one would say
-          { messageId: "a", alreadyStored: true, accepted: true, entries: [entry(2, "a", "a")] }
-        ])
-        const { epoch: next, state } = yield* queue.load
-        expect(viewState(state)).toEqual({
-          currentSeq: 3,
-          confirmedSeq: 0,
-          unconfirmed: [entry(1, "old", "o"), entry(2, "a", "a"), entry(3, "b", "b")]
-        })
-        // a resubmission of accepted messages appends nothing and answers accepted
-        const again = yield* storeAccepted(next, [{ messageId: "b", payload: bytes("x") }])
-        expect(again.map(viewResult)).toEqual([
-          { messageId: "b", alreadyStored: true, accepted: true, entries: [entry(3, "b", "b")] }
-        ])
-        expect((yield* queue.load).state.currentSeq).toBe(3)
-      }))
+const storeAcceptedEquivalenceTests = ({ fresh, seeds }: Suite) => {
+  it.scoped("stores and accepts in one step; each result is the store's", () =>
+    Effect.gen(function*() {
+      const queue = yield* fresh
+      const storeAccepted = queue.storeAccepted
+      if (storeAccepted === undefined) return
+      const { epoch } = yield* queue.load
+      yield* queue.store(epoch, { messageId: "old", payload: bytes("o") })
+      const results = yield* storeAccepted(epoch, [
+        { messageId: "a", payload: bytes("a") },
+        { messageId: "old", payload: bytes("other") },
+        { messageId: "b", payload: bytes("b") },
+        { messageId: "a", payload: bytes("again") }
+      ])
+      const entry = (seq: number, messageId: string, payload: string) => ({
+        seq,
+        messageId,
+        payload: hex(bytes(payload)),
+        chunk: null
+      })
+      expect(results.map(viewResult)).toEqual([
+        { messageId: "a", alreadyStored: false, accepted: false, entries: [entry(2, "a", "a")] },
+        // stored before, not accepted: its first write, accepted by this call
+        { messageId: "old", alreadyStored: true, accepted: false, entries: [entry(1, "old", "o")] },
+        { messageId: "b", alreadyStored: false, accepted: false, entries: [entry(3, "b", "b")] },
+        // accepted earlier in the same call, as store then accept one by one would say
+        { messageId: "a", alreadyStored: true, accepted: true, entries: [entry(2, "a", "a")] }
+      ])
+      const { epoch: next, state } = yield* queue.load
+      expect(viewState(state)).toEqual({
+        currentSeq: 3,
+        confirmedSeq: 0,
+        unconfirmed: [entry(1, "old", "o"), entry(2, "a", "a"), entry(3, "b", "b")]
+      })
+      // a resubmission of accepted messages appends nothing and answers accepted
+      const again = yield* storeAccepted(next, [{ messageId: "b", payload: bytes("x") }])
+      expect(again.map(viewResult)).toEqual([
+        { messageId: "b", alreadyStored: true, accepted: true, entries: [entry(3, "b", "b")] }
+      ])
+      expect((yield* queue.load).state.currentSeq).toBe(3)
+    }))
 
-    for (const seed of seeds) {
-      it.scoped(`storeAccepted equals store then accept, one message after the other (seed ${seed})`, () =>
-        Effect.gen(function*() {
-          const fused = yield* fresh
-          const single = yield* fresh
-          const storeAccepted = fused.storeAccepted
-          if (storeAccepted === undefined) return
-          const { epoch: fusedEpoch } = yield* fused.load
-          const { epoch: singleEpoch } = yield* single.load
-          const random = SeededRandom.make(seed)
-          const chunkedIds = new Set<string>()
-          const storedIds: Array<string> = []
-          let currentSeq = 0
-          for (let round = 0; round < 16; round++) {
-            const roll = random.next()
-            const pool = [...idPool, ...storedIds].filter((id) => !chunkedIds.has(id))
-            const pick = () => pool[random.int(0, pool.length - 1)]
-            if (roll < 0.2) {
-              // plain stores leave ids stored but unaccepted, for storeAccepted to find
-              const request = { messageId: pick(), payload: randomPayload(random) }
-              const a = yield* fused.store(fusedEpoch, request)
-              const b = yield* single.store(singleEpoch, request)
-              expect(viewResult(a), `round ${round}`).toEqual(viewResult(b))
-              currentSeq = Math.max(currentSeq, ...a.entries.map((entry) => entry.seq))
-              if (!storedIds.includes(request.messageId)) storedIds.push(request.messageId)
-            } else if (roll < 0.3) {
-              const id = `chunked${round}`
-              chunkedIds.add(id)
-              const chunks = [randomPayload(random), randomPayload(random)]
-              const a = yield* fused.storeChunked(fusedEpoch, id, chunks)
-              expect(viewResult(a)).toEqual(viewResult(yield* single.storeChunked(singleEpoch, id, chunks)))
-              currentSeq += 2
-            } else if (roll < 0.4 && currentSeq > 0) {
-              const upTo = random.int(0, currentSeq)
-              yield* fused.confirm(fusedEpoch, upTo)
-              yield* single.confirm(singleEpoch, upTo)
-            } else {
-              const requests = Array.from({ length: random.int(1, 8) }, () => ({
-                messageId: pick(),
-                payload: randomPayload(random)
-              }))
-              const a = yield* storeAccepted(fusedEpoch, requests)
-              const b: Array<StoreResult> = []
-              for (const request of requests) {
-                b.push(yield* single.store(singleEpoch, request))
-                yield* single.accept(singleEpoch, request.messageId)
-              }
-              expect(a.map(viewResult), `round ${round}`).toEqual(b.map(viewResult))
-              for (const result of a) {
-                currentSeq = Math.max(currentSeq, ...result.entries.map((entry) => entry.seq))
-                if (!storedIds.includes(result.messageId)) storedIds.push(result.messageId)
-              }
+  for (const seed of seeds) {
+    it.scoped(`storeAccepted equals store then accept, one message after the other (seed ${seed})`, () =>
+      Effect.gen(function*() {
+        const fused = yield* fresh
+        const single = yield* fresh
+        const storeAccepted = fused.storeAccepted
+        if (storeAccepted === undefined) return
+        const { epoch: fusedEpoch } = yield* fused.load
+        const { epoch: singleEpoch } = yield* single.load
+        const random = SeededRandom.make(seed)
+        const chunkedIds = new Set<string>()
+        const storedIds: Array<string> = []
+        let currentSeq = 0
+        for (let round = 0; round < 16; round++) {
+          const roll = random.next()
+          const pool = [...idPool, ...storedIds].filter((id) => !chunkedIds.has(id))
+          const pick = () => pool[random.int(0, pool.length - 1)]
+          if (roll < 0.2) {
+            // plain stores leave ids stored but unaccepted, for storeAccepted to find
+            const request = { messageId: pick(), payload: randomPayload(random) }
+            const a = yield* fused.store(fusedEpoch, request)
+            const b = yield* single.store(singleEpoch, request)
+            expect(viewResult(a), `round ${round}`).toEqual(viewResult(b))
+            currentSeq = Math.max(currentSeq, ...a.entries.map((entry) => entry.seq))
+            if (!storedIds.includes(request.messageId)) storedIds.push(request.messageId)
+          } else if (roll < 0.3) {
+            const id = `chunked${round}`
+            chunkedIds.add(id)
+            const chunks = [randomPayload(random), randomPayload(random)]
+            const a = yield* fused.storeChunked(fusedEpoch, id, chunks)
+            expect(viewResult(a)).toEqual(viewResult(yield* single.storeChunked(singleEpoch, id, chunks)))
+            currentSeq += 2
+          } else if (roll < 0.4 && currentSeq > 0) {
+            const upTo = random.int(0, currentSeq)
+            yield* fused.confirm(fusedEpoch, upTo)
+            yield* single.confirm(singleEpoch, upTo)
+          } else {
+            const requests = Array.from({ length: random.int(1, 8) }, () => ({
+              messageId: pick(),
+              payload: randomPayload(random)
+            }))
+            const a = yield* storeAccepted(fusedEpoch, requests)
+            const b: Array<StoreResult> = []
+            for (const request of requests) {
+              b.push(yield* single.store(singleEpoch, request))
+              yield* single.accept(singleEpoch, request.messageId)
+            }
+            expect(a.map(viewResult), `round ${round}`).toEqual(b.map(viewResult))
+            for (const result of a) {
+              currentSeq = Math.max(currentSeq, ...result.entries.map((entry) => entry.seq))
+              if (!storedIds.includes(result.messageId)) storedIds.push(result.messageId)
             }
           }
-          expect(viewState((yield* fused.load).state)).toEqual(viewState((yield* single.load).state))
-        }).pipe(withSeed("producer queue", "storeAccepted equivalence", seed)))
-    }
+        }
+        expect(viewState((yield* fused.load).state)).toEqual(viewState((yield* single.load).state))
+      }).pipe(withSeed("producer queue", "storeAccepted equivalence", seed)))
+  }
+}
 
-    it.scoped("a chunked batch's id, an empty id or a stale epoch fails the whole call and writes nothing", () =>
-      Effect.gen(function*() {
-        const queue = yield* fresh
-        const storeAccepted = queue.storeAccepted
-        if (storeAccepted === undefined) return
-        const { epoch: old } = yield* queue.load
-        yield* queue.storeChunked(old, "big", [bytes("1"), bytes("2")])
-        yield* queue.store(old, { messageId: "stored", payload: bytes("s") })
-        const { epoch, state: before } = yield* queue.load
-        const fresh1 = { messageId: "new", payload: bytes("n") }
-        const stored = { messageId: "stored", payload: bytes("s") }
-        expect(yield* failureTag(storeAccepted(epoch, [fresh1, stored, { messageId: "big", payload: bytes("b") }])))
-          .toBe("QueueChunkedBatch")
-        expect(yield* failureTag(storeAccepted(epoch, [fresh1, stored, { messageId: "", payload: bytes("e") }])))
-          .toBe("QueueConflict")
-        expect(yield* failureTag(storeAccepted(old, [fresh1, stored]))).toBe("QueueFenced")
-        const { epoch: latest, state: after } = yield* queue.load
-        expect(viewState(after)).toEqual(viewState(before))
-        // nothing was stored or accepted: "new" is new, "stored" still unaccepted
-        const results = yield* storeAccepted(latest, [fresh1, stored])
-        expect(results.map((result) => [result.alreadyStored, result.accepted])).toEqual([[false, false], [true, false]])
-      }))
+const storeAcceptedRefusalTests = ({ fresh }: Suite) => {
+  it.scoped("a chunked batch's id, an empty id or a stale epoch fails the whole call and writes nothing", () =>
+    Effect.gen(function*() {
+      const queue = yield* fresh
+      const storeAccepted = queue.storeAccepted
+      if (storeAccepted === undefined) return
+      const { epoch: old } = yield* queue.load
+      yield* queue.storeChunked(old, "big", [bytes("1"), bytes("2")])
+      yield* queue.store(old, { messageId: "stored", payload: bytes("s") })
+      const { epoch, state: before } = yield* queue.load
+      const fresh1 = { messageId: "new", payload: bytes("n") }
+      const stored = { messageId: "stored", payload: bytes("s") }
+      expect(yield* failureTag(storeAccepted(epoch, [fresh1, stored, { messageId: "big", payload: bytes("b") }])))
+        .toBe("QueueChunkedBatch")
+      expect(yield* failureTag(storeAccepted(epoch, [fresh1, stored, { messageId: "", payload: bytes("e") }])))
+        .toBe("QueueConflict")
+      expect(yield* failureTag(storeAccepted(old, [fresh1, stored]))).toBe("QueueFenced")
+      const { epoch: latest, state: after } = yield* queue.load
+      expect(viewState(after)).toEqual(viewState(before))
+      // nothing was stored or accepted: "new" is new, "stored" still unaccepted
+      const results = yield* storeAccepted(latest, [fresh1, stored])
+      expect(results.map((result) => [result.alreadyStored, result.accepted])).toEqual([[false, false], [true, false]])
+    }))
 
-    it.scoped("concurrent calls with one id: exactly one seq, every caller sees the first write", () =>
-      Effect.gen(function*() {
-        const queue = yield* fresh
-        const storeAccepted = queue.storeAccepted
-        if (storeAccepted === undefined) return
-        yield* warmUp(queue.load)
-        const { epoch } = yield* queue.load
-        const results = yield* Effect.all(
-          Array.from({ length: 8 }, (_, i) =>
-            storeAccepted(epoch, [{ messageId: `own${i}`, payload: bytes(`${i}`) }, { messageId: "shared", payload: bytes(`${i}`) }])),
-          { concurrency: "unbounded" }
-        )
-        const shared = results.map((pair) => viewResult(pair[1]))
-        const first = shared.filter((result) => !result.alreadyStored)
-        expect(first).toHaveLength(1)
-        for (const result of shared) expect(result.entries).toEqual(first[0].entries)
-        const { state } = yield* queue.load
-        expect(state.currentSeq).toBe(9)
-        expect(state.unconfirmed.map((entry) => entry.seq)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9])
-      }))
+  it.scoped("concurrent calls with one id: exactly one seq, every caller sees the first write", () =>
+    Effect.gen(function*() {
+      const queue = yield* fresh
+      const storeAccepted = queue.storeAccepted
+      if (storeAccepted === undefined) return
+      yield* warmUp(queue.load)
+      const { epoch } = yield* queue.load
+      const results = yield* Effect.all(
+        Array.from({ length: 8 }, (_, i) =>
+          storeAccepted(epoch, [{ messageId: `own${i}`, payload: bytes(`${i}`) }, { messageId: "shared", payload: bytes(`${i}`) }])),
+        { concurrency: "unbounded" }
+      )
+      const shared = results.map((pair) => viewResult(pair[1]))
+      const first = shared.filter((result) => !result.alreadyStored)
+      expect(first).toHaveLength(1)
+      for (const result of shared) expect(result.entries).toEqual(first[0].entries)
+      const { state } = yield* queue.load
+      expect(state.currentSeq).toBe(9)
+      expect(state.unconfirmed.map((entry) => entry.seq)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9])
+    }))
+}
+
+const storeAcceptedTests = (suite: Suite) =>
+  describe("storeAccepted (optional)", () => {
+    storeAcceptedEquivalenceTests(suite)
+    storeAcceptedRefusalTests(suite)
   })
 
 const modelTests = ({ fresh, seeds, steps }: Suite) =>

@@ -623,11 +623,11 @@ export const makeSql = (
   options: SqlQueueOptions
 ): Effect.Effect<DurableProducerQueueService, QueueBackendError | ReliableConfigError, SqlClient> =>
   Effect.gen(function*() {
-    const { listen, sql, tables: t } = yield* setUp("DurableQueue.makeSql", options)
+    const { listener, sql, tables: t } = yield* setUp("DurableQueue.makeSql", options)
     const operators = operatorTables(sql, t, options.queueName, "producer")
     const queue: Queue = { sql, name: options.queueName, queues: operators.queues, entries: operators.entries, operators }
     return {
-      ...makeOperators(operators, listen),
+      ...makeOperators(operators, listener),
       load: load(queue),
       store: (epoch, request) => Effect.map(storeWhole(queue, "store", epoch, [request], false), (results) => results[0]),
       storeChunked: (epoch, messageId, chunks, storeOptions) =>

@@ -500,11 +500,11 @@ export const makeWorkSql = (
   options: SqlQueueOptions
 ): Effect.Effect<DurableWorkQueueService, QueueBackendError | ReliableConfigError, SqlClient> =>
   Effect.gen(function*() {
-    const { listen, sql, tables: t } = yield* setUp("DurableQueue.makeWorkSql", options)
+    const { listener, sql, tables: t } = yield* setUp("DurableQueue.makeWorkSql", options)
     const operators = operatorTables(sql, t, options.queueName, "work")
     const queue: Queue = { sql, name: options.queueName, queues: operators.queues, entries: operators.entries, operators }
     return {
-      ...makeOperators(operators, listen),
+      ...makeOperators(operators, listener),
       load: load(queue),
       store: (epoch, request) => Effect.map(store(queue, "store", epoch, [request], false), (results) => results[0]),
       storeBatch: (epoch, requests) => store(queue, "storeBatch", epoch, requests, false),

@@ -590,126 +590,133 @@ const batchTests = ({ fresh, seeds }: Suite) =>
       }))
   })
 
-const storeAcceptedTests = ({ fresh, seeds }: Suite) =>
-  describe("storeAccepted (optional)", () => {
-    it.scoped("stores and accepts in one step; each result is the store's", () =>
-      Effect.gen(function*() {
-        const queue = yield* fresh
-        const storeAccepted = queue.storeAccepted
-        if (storeAccepted === undefined) return
-        const { epoch } = yield* queue.load
-        yield* queue.storeBatch(epoch, [{ messageId: "old", payload: bytes("o") }, { messageId: "done", payload: bytes("d") }])
-        yield* queue.accept(epoch, "done")
-        yield* queue.confirmMessage(epoch, "done")
-        const results = yield* storeAccepted(epoch, [
-          { messageId: "a", payload: bytes("a") },
-          { messageId: "old", payload: bytes("other") },
-          { messageId: "done", payload: bytes("again") },
-          { messageId: "a", payload: bytes("again") }
-        ])
-        const view = (entry: EntryView, alreadyStored: boolean, accepted: boolean, confirmed: boolean) => ({
-          entry,
-          alreadyStored,
-          accepted,
-          confirmed
-        })
-        const expected = [
-          view(job(3, "a", "a"), false, false, false),
-          // stored before, not accepted: its first write, accepted by this call
-          view(job(1, "old", "o"), true, false, false),
-          // confirmed (its payload may be compacted): stays confirmed
-          view(job(2, "done", "d"), true, true, true),
-          // accepted earlier in the same call, as store then accept one by one would say
-          view(job(3, "a", "a"), true, true, false)
-        ]
-        expect(allowCompacted(results.map(viewResult), expected)).toEqual(expected)
-        const { state } = yield* queue.load
-        expect(viewState(state)).toEqual({ currentSeq: 3, pending: [job(1, "old", "o"), job(3, "a", "a")] })
-      }))
+const storeAcceptedEquivalenceTests = ({ fresh, seeds }: Suite) => {
+  it.scoped("stores and accepts in one step; each result is the store's", () =>
+    Effect.gen(function*() {
+      const queue = yield* fresh
+      const storeAccepted = queue.storeAccepted
+      if (storeAccepted === undefined) return
+      const { epoch } = yield* queue.load
+      yield* queue.storeBatch(epoch, [{ messageId: "old", payload: bytes("o") }, { messageId: "done", payload: bytes("d") }])
+      yield* queue.accept(epoch, "done")
+      yield* queue.confirmMessage(epoch, "done")
+      const results = yield* storeAccepted(epoch, [
+        { messageId: "a", payload: bytes("a") },
+        { messageId: "old", payload: bytes("other") },
+        { messageId: "done", payload: bytes("again") },
+        { messageId: "a", payload: bytes("again") }
+      ])
+      const view = (entry: EntryView, alreadyStored: boolean, accepted: boolean, confirmed: boolean) => ({
+        entry,
+        alreadyStored,
+        accepted,
+        confirmed
+      })
+      const expected = [
+        view(job(3, "a", "a"), false, false, false),
+        // stored before, not accepted: its first write, accepted by this call
+        view(job(1, "old", "o"), true, false, false),
+        // confirmed (its payload may be compacted): stays confirmed
+        view(job(2, "done", "d"), true, true, true),
+        // accepted earlier in the same call, as store then accept one by one would say
+        view(job(3, "a", "a"), true, true, false)
+      ]
+      expect(allowCompacted(results.map(viewResult), expected)).toEqual(expected)
+      const { state } = yield* queue.load
+      expect(viewState(state)).toEqual({ currentSeq: 3, pending: [job(1, "old", "o"), job(3, "a", "a")] })
+    }))
 
-    for (const seed of seeds) {
-      it.scoped(`storeAccepted equals store then accept, one job after the other (seed ${seed})`, () =>
-        Effect.gen(function*() {
-          const fused = yield* fresh
-          const single = yield* fresh
-          const storeAccepted = fused.storeAccepted
-          if (storeAccepted === undefined) return
-          const { epoch: fusedEpoch } = yield* fused.load
-          const { epoch: singleEpoch } = yield* single.load
-          const random = SeededRandom.make(seed)
-          const stored: Array<string> = []
-          const accepted = new Set<string>()
-          for (let round = 0; round < 16; round++) {
-            const roll = random.next()
-            const pool = [...idPool, ...stored]
-            const pick = () => pool[random.int(0, pool.length - 1)]
-            if (roll < 0.2) {
-              const request = { messageId: pick(), payload: randomPayload(random) }
-              const a = yield* fused.store(fusedEpoch, request)
-              expect(viewResult(a), `round ${round}`).toEqual(viewResult(yield* single.store(singleEpoch, request)))
-              if (!stored.includes(request.messageId)) stored.push(request.messageId)
-            } else if (roll < 0.35 && accepted.size > 0) {
-              const ids = [...accepted].filter(() => random.chance(0.5))
-              yield* fused.confirmBatch(fusedEpoch, ids)
-              for (const id of ids) yield* single.confirmMessage(singleEpoch, id)
-            } else {
-              const requests = Array.from({ length: random.int(1, 8) }, () => ({ messageId: pick(), payload: randomPayload(random) }))
-              const a = yield* storeAccepted(fusedEpoch, requests)
-              const b: Array<WorkStoreResult> = []
-              for (const request of requests) {
-                b.push(yield* single.store(singleEpoch, request))
-                yield* single.accept(singleEpoch, request.messageId)
-              }
-              expect(a.map(viewResult), `round ${round}`).toEqual(b.map(viewResult))
-              for (const { messageId } of requests) {
-                if (!stored.includes(messageId)) stored.push(messageId)
-                accepted.add(messageId)
-              }
+  for (const seed of seeds) {
+    it.scoped(`storeAccepted equals store then accept, one job after the other (seed ${seed})`, () =>
+      Effect.gen(function*() {
+        const fused = yield* fresh
+        const single = yield* fresh
+        const storeAccepted = fused.storeAccepted
+        if (storeAccepted === undefined) return
+        const { epoch: fusedEpoch } = yield* fused.load
+        const { epoch: singleEpoch } = yield* single.load
+        const random = SeededRandom.make(seed)
+        const stored: Array<string> = []
+        const accepted = new Set<string>()
+        for (let round = 0; round < 16; round++) {
+          const roll = random.next()
+          const pool = [...idPool, ...stored]
+          const pick = () => pool[random.int(0, pool.length - 1)]
+          if (roll < 0.2) {
+            const request = { messageId: pick(), payload: randomPayload(random) }
+            const a = yield* fused.store(fusedEpoch, request)
+            expect(viewResult(a), `round ${round}`).toEqual(viewResult(yield* single.store(singleEpoch, request)))
+            if (!stored.includes(request.messageId)) stored.push(request.messageId)
+          } else if (roll < 0.35 && accepted.size > 0) {
+            const ids = [...accepted].filter(() => random.chance(0.5))
+            yield* fused.confirmBatch(fusedEpoch, ids)
+            for (const id of ids) yield* single.confirmMessage(singleEpoch, id)
+          } else {
+            const requests = Array.from({ length: random.int(1, 8) }, () => ({ messageId: pick(), payload: randomPayload(random) }))
+            const a = yield* storeAccepted(fusedEpoch, requests)
+            const b: Array<WorkStoreResult> = []
+            for (const request of requests) {
+              b.push(yield* single.store(singleEpoch, request))
+              yield* single.accept(singleEpoch, request.messageId)
+            }
+            expect(a.map(viewResult), `round ${round}`).toEqual(b.map(viewResult))
+            for (const { messageId } of requests) {
+              if (!stored.includes(messageId)) stored.push(messageId)
+              accepted.add(messageId)
             }
           }
-          expect(viewState((yield* fused.load).state)).toEqual(viewState((yield* single.load).state))
-        }).pipe(withSeed("work queue", "storeAccepted equivalence", seed)))
-    }
+        }
+        expect(viewState((yield* fused.load).state)).toEqual(viewState((yield* single.load).state))
+      }).pipe(withSeed("work queue", "storeAccepted equivalence", seed)))
+  }
+}
 
-    it.scoped("an empty id or a stale epoch fails the whole call and writes nothing", () =>
-      Effect.gen(function*() {
-        const queue = yield* fresh
-        const storeAccepted = queue.storeAccepted
-        if (storeAccepted === undefined) return
-        const { epoch: old } = yield* queue.load
-        yield* queue.store(old, { messageId: "stored", payload: bytes("s") })
-        const { epoch, state: before } = yield* queue.load
-        const fresh1 = { messageId: "new", payload: bytes("n") }
-        const stored = { messageId: "stored", payload: bytes("s") }
-        expect(yield* failureTag(storeAccepted(epoch, [fresh1, stored, { messageId: "", payload: bytes("e") }])))
-          .toBe("QueueConflict")
-        expect(yield* failureTag(storeAccepted(old, [fresh1, stored]))).toBe("QueueFenced")
-        const { epoch: latest, state: after } = yield* queue.load
-        expect(viewState(after)).toEqual(viewState(before))
-        const results = yield* storeAccepted(latest, [fresh1, stored])
-        expect(results.map((result) => [result.alreadyStored, result.accepted])).toEqual([[false, false], [true, false]])
-      }))
+const storeAcceptedRefusalTests = ({ fresh }: Suite) => {
+  it.scoped("an empty id or a stale epoch fails the whole call and writes nothing", () =>
+    Effect.gen(function*() {
+      const queue = yield* fresh
+      const storeAccepted = queue.storeAccepted
+      if (storeAccepted === undefined) return
+      const { epoch: old } = yield* queue.load
+      yield* queue.store(old, { messageId: "stored", payload: bytes("s") })
+      const { epoch, state: before } = yield* queue.load
+      const fresh1 = { messageId: "new", payload: bytes("n") }
+      const stored = { messageId: "stored", payload: bytes("s") }
+      expect(yield* failureTag(storeAccepted(epoch, [fresh1, stored, { messageId: "", payload: bytes("e") }])))
+        .toBe("QueueConflict")
+      expect(yield* failureTag(storeAccepted(old, [fresh1, stored]))).toBe("QueueFenced")
+      const { epoch: latest, state: after } = yield* queue.load
+      expect(viewState(after)).toEqual(viewState(before))
+      const results = yield* storeAccepted(latest, [fresh1, stored])
+      expect(results.map((result) => [result.alreadyStored, result.accepted])).toEqual([[false, false], [true, false]])
+    }))
 
-    it.scoped("concurrent calls with one id: exactly one seq, every caller sees the first write", () =>
-      Effect.gen(function*() {
-        const queue = yield* fresh
-        const storeAccepted = queue.storeAccepted
-        if (storeAccepted === undefined) return
-        yield* warmUp(queue.load)
-        const { epoch } = yield* queue.load
-        const results = yield* Effect.all(
-          Array.from({ length: 8 }, (_, i) =>
-            storeAccepted(epoch, [{ messageId: `own${i}`, payload: bytes(`${i}`) }, { messageId: "shared", payload: bytes(`${i}`) }])),
-          { concurrency: "unbounded" }
-        )
-        const shared = results.map((pair) => viewResult(pair[1]))
-        const first = shared.filter((result) => !result.alreadyStored)
-        expect(first).toHaveLength(1)
-        for (const result of shared) expect(result.entry).toEqual(first[0].entry)
-        const { state } = yield* queue.load
-        expect(state.currentSeq).toBe(9)
-        expect(state.pending.map((entry) => entry.seq)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9])
-      }))
+  it.scoped("concurrent calls with one id: exactly one seq, every caller sees the first write", () =>
+    Effect.gen(function*() {
+      const queue = yield* fresh
+      const storeAccepted = queue.storeAccepted
+      if (storeAccepted === undefined) return
+      yield* warmUp(queue.load)
+      const { epoch } = yield* queue.load
+      const results = yield* Effect.all(
+        Array.from({ length: 8 }, (_, i) =>
+          storeAccepted(epoch, [{ messageId: `own${i}`, payload: bytes(`${i}`) }, { messageId: "shared", payload: bytes(`${i}`) }])),
+        { concurrency: "unbounded" }
+      )
+      const shared = results.map((pair) => viewResult(pair[1]))
+      const first = shared.filter((result) => !result.alreadyStored)
+      expect(first).toHaveLength(1)
+      for (const result of shared) expect(result.entry).toEqual(first[0].entry)
+      const { state } = yield* queue.load
+      expect(state.currentSeq).toBe(9)
+      expect(state.pending.map((entry) => entry.seq)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9])
+    }))
+}
+
+const storeAcceptedTests = (suite: Suite) =>
+  describe("storeAccepted (optional)", () => {
+    storeAcceptedEquivalenceTests(suite)
+    storeAcceptedRefusalTests(suite)
   })
 
 const modelTests = ({ fresh, seeds, steps }: Suite) =>

@@ -7,6 +7,9 @@ import { ControllerAddress } from "./Address.js"
 
 const Seq = Schema.Int.pipe(Schema.nonNegative())
 const Id = Schema.NonEmptyString
+/** The longest trace context a message carries (a W3C `traceparent` is 55 characters). */
+export const MaxTraceContext = 256
+const TraceContext = Schema.String.pipe(Schema.maxLength(MaxTraceContext))
 
 /** Consumer controller -> producer controller: please bind me; fresh nonce per attempt. */
 export const RegisterConsumer = Schema.TaggedStruct("RegisterConsumer", { nonce: Id })
@@ -46,7 +49,9 @@ export const SequencedMessage = Schema.TaggedStruct("SequencedMessage", {
   payload: Schema.Uint8ArrayFromSelf,
   chunk: Schema.optional(ChunkMark),
   /** Work-pulling: which attempt at the job this is; absent for the first. */
-  attempt: Schema.optional(Schema.Int.pipe(Schema.greaterThan(1)))
+  attempt: Schema.optional(Schema.Int.pipe(Schema.greaterThan(1))),
+  /** The sender's W3C trace context (`traceparent`), only when its span was sampled. */
+  trace: Schema.optional(TraceContext)
 })
 export type SequencedMessage = typeof SequencedMessage.Type
 

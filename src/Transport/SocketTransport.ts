@@ -13,8 +13,8 @@
  * Everything a peer can make a node hold is bounded by an option (`internal/SocketConfig.ts`),
  * and every refusal, drop and close is counted (`internal/SocketStats.ts`).
  */
-import { Effect, Either, Layer } from "effect"
-import type { Scope } from "effect"
+import { Config, Effect, Either, Layer } from "effect"
+import type { ConfigError, Scope } from "effect"
 import * as Net from "node:net"
 import { formatNode, inboxKey } from "../Protocol/Address.js"
 import { FrameTooLarge } from "../Protocol/Errors.js"
@@ -171,3 +171,17 @@ export const makeSocket = (
 /** The TCP transport as the `Transport` service, bound for the life of the layer. */
 export const layerSocket = (options: SocketTransportOptions): Layer.Layer<Transport, SocketTransportError> =>
   Layer.scoped(Transport, makeSocket(options))
+
+/**
+ * `layerSocket` with its options read from Effect `Config` (e.g. the environment), as
+ * `PgClient.layerConfig` reads its own:
+ * `layerSocketConfig({ host: Config.string("RELIABLE_HOST"), port: Config.port("RELIABLE_PORT"),
+ * sharedSecret: Config.redacted("RELIABLE_SECRET") })`. A value `Config` cannot read is a
+ * `ConfigError`; one it reads but the transport refuses (a short secret, a limit out of range,
+ * TLS material that does not load) is a `SocketTransportError` with reason `InvalidOptions`, as
+ * from `layerSocket`.
+ */
+export const layerSocketConfig = (
+  config: Config.Config.Wrap<SocketTransportOptions>
+): Layer.Layer<Transport, ConfigError.ConfigError | SocketTransportError> =>
+  Layer.unwrapEffect(Effect.map(Config.unwrap(config), layerSocket))

@@ -1,7 +1,8 @@
 /**
  * The Transport service: best-effort delivery of envelopes between controllers. A send may be
- * dropped, duplicated or reordered; the protocol survives all three. Each controller opens one
- * scoped inbox for its own address.
+ * dropped, duplicated or reordered; the protocol survives all three. Each controller attaches a
+ * receiver for its own address (`attach`), called with batches of envelopes; `open` gives an
+ * address's envelopes as a scoped queue instead, for tests and tools.
  */
 import { Context } from "effect"
 import type { Effect, Queue, Scope } from "effect"

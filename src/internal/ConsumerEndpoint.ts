@@ -29,6 +29,7 @@ import { ReliableSystem } from "./ReliableSystemTag.js"
 import type { SystemInternals } from "./SystemInternals.js"
 import type { EndpointKind } from "./EndpointRegistry.js"
 import { drainWithin } from "./DrainBound.js"
+import * as Metrics from "../Observability/Metrics.js"
 import * as EndpointLifecycle from "./EndpointLifecycle.js"
 import { Handoff } from "./Handoff.js"
 import * as HandlerFailures from "./HandlerFailures.js"
@@ -40,7 +41,7 @@ export interface ConsumerOptions<A, I> {
   readonly name: string
   /** The producer endpoint's name. */
   readonly producer: string
-  /** Payloads are decoded with this Schema; a payload it cannot decode stops the flow. */
+  /** Payloads are decoded with this Schema; a payload it cannot decode is dead-lettered. */
   readonly payload: Schema.Schema<A, I, never>
   /** Demand per request and buffer capacity, 1..10,000; default 50. */
   readonly window?: number
@@ -143,6 +144,7 @@ const build = <A>(
   Effect.gen(function*() {
     const handoff = new Handoff<Delivery<A>>(settings.endpoint)
     const counted = { failed: 0, deadLettered: 0 }
+    const metrics = yield* Metrics.make(settings.endpoint, settings.kind === "Worker" ? "worker" : "consumer")
     const policy: RunLoop.FailurePolicy = {
       endpoint: settings.endpoint,
       retriesAtProducer: settings.kind === "Worker",
@@ -150,7 +152,8 @@ const build = <A>(
       maxAttempts: settings.maxAttempts,
       handlerTimeout: settings.handlerTimeout,
       publishDeadLetter: system.publishDeadLetter,
-      counted
+      counted,
+      metrics
     }
     // Fired whenever the delivery in flight is confirmed: a shutdown may be waiting for it.
     const confirmed = new Signal()
@@ -165,13 +168,15 @@ const build = <A>(
           deliver: (delivery) => handoff.put(delivery),
           deadLettered: (dead) => {
             counted.deadLettered++
+            metrics.deadLettered.add(1)
             system.publishDeadLetter(new DeliveryDeadLettered({ endpointName: settings.endpoint, ...dead }))
           },
           settled: () => {
             handoff.done()
             confirmed.fire()
           },
-          stopped
+          stopped,
+          metrics
         })
     })
 

@@ -13,6 +13,7 @@ import type { ReliableConfigError } from "../Protocol/Errors.js"
 import { ReliableDeliveryFailed } from "../Protocol/Failure.js"
 import type { ReliableControllerRole, ReliableDeliveryStage } from "../Protocol/Failure.js"
 import type { ControllerAddress } from "../Protocol/Address.js"
+import * as Tracing from "../Observability/Tracing.js"
 import { QueueFenced } from "../DurableQueue/QueueErrors.js"
 import * as EndpointHealth from "./EndpointHealth.js"
 import type { EndpointDetails, EndpointRecord, LocalEndpoint } from "./EndpointRegistry.js"
@@ -62,13 +63,16 @@ export const make = <C>(options: LifecycleOptions<C>): Effect.Effect<Lifecycle<C
       now: () => clock.unsafeCurrentTimeMillis()
     })
 
+    const spanAttributes = { "effect_reliable.endpoint": options.record.name, "effect_reliable.role": options.role }
+
     const closeCurrent = Effect.suspend(() => {
       const scope = currentScope
       currentScope = undefined
       return scope === undefined ? Effect.void : Scope.close(scope, Exit.void)
     })
 
-    const startFresh: Effect.Effect<void> = Effect.gen(function*() {
+    // Every start (the first, a restart, a respawn) in a span, when the application traces.
+    const startFresh: Effect.Effect<void> = Tracing.withSpanIfTracing(Tracing.SpanNames.restart, spanAttributes, Effect.gen(function*() {
       options.onStop?.()
       yield* closeCurrent
       const scope = yield* Scope.fork(endpointScope, ExecutionStrategy.sequential)
@@ -78,7 +82,8 @@ export const make = <C>(options: LifecycleOptions<C>): Effect.Effect<Lifecycle<C
       current = controller
       running = true
       if (claimed.entry !== undefined) options.system.registry.setAddress(claimed.entry, options.address(controller))
-    })
+      yield* Effect.annotateCurrentSpan("effect_reliable.generation", mine)
+    }), { root: true })
 
     const publish = (stage: ReliableDeliveryStage, cause: unknown) =>
       options.system.publishFailure(new ReliableDeliveryFailed({ endpointName: options.record.name, role: options.role, stage, cause }))

@@ -3,7 +3,8 @@
  * the address of its live controller. Resolution and registration fencing read it.
  */
 import { Effect } from "effect"
-import type { Scope } from "effect"
+import type { Schema, Scope } from "effect"
+import type { QueueOperatorService } from "../DurableQueue/DurableProducerQueue.js"
 import type { ControllerAddress } from "../Protocol/Address.js"
 import { ReliableConfigError } from "../Protocol/Errors.js"
 import type { EndpointKind } from "../Protocol/WireMessage.js"
@@ -27,11 +28,27 @@ export interface EndpointDetails {
   readonly workStats?: (() => WorkPullingStats | undefined) | undefined
 }
 
+/**
+ * What an endpoint shows operators (`ReliableSystem.snapshot`, the operations page), set by the
+ * public constructors once the endpoint is made. `stats` is the endpoint's own `stats` (its type
+ * follows from the record's kind; the snapshot names it).
+ */
+export interface EndpointView {
+  readonly stats: Effect.Effect<object>
+  /** The endpoint's durable queue, when it has one. */
+  readonly queue?: QueueOperatorService | undefined
+  /** A consumer's or worker's window (the most messages it holds unconfirmed). */
+  readonly window?: number | undefined
+  /** The payload Schema, to show a queue's entries decoded. */
+  readonly payload?: Schema.Schema<any, any, never> | undefined
+}
+
 export interface LocalEndpoint {
   record: EndpointRecord
   /** Replaces the controller with a fresh one (new incarnation, new session, new epoch). */
   readonly respawn: Effect.Effect<void>
   readonly details: EndpointDetails
+  view: EndpointView | undefined
 }
 
 export class EndpointRegistry {
@@ -50,7 +67,7 @@ export class EndpointRegistry {
             new ReliableConfigError({ option: "name", message: `a reliable endpoint named "${record.name}" already exists on this system` })
           )
         }
-        const entry: LocalEndpoint = { record, respawn, details }
+        const entry: LocalEndpoint = { record, respawn, details, view: undefined }
         this.endpoints.set(record.name, entry)
         return Effect.succeed(entry)
       }),
@@ -66,6 +83,17 @@ export class EndpointRegistry {
 
   setAddress(entry: LocalEndpoint, address: ControllerAddress | undefined): void {
     entry.record = { ...entry.record, address }
+  }
+
+  /** Sets what the endpoint `name` shows operators (no-op once it is gone). */
+  setView(name: string, view: EndpointView): void {
+    const entry = this.endpoints.get(name)
+    if (entry !== undefined) entry.view = view
+  }
+
+  /** Every endpoint hosted now. */
+  entries(): ReadonlyArray<LocalEndpoint> {
+    return [...this.endpoints.values()]
   }
 
   names(): ReadonlyArray<string> {

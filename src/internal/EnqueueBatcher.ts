@@ -120,7 +120,12 @@ export const make = (options: EnqueueBatcherOptions): EnqueueBatcher => {
       Effect.sync(() => {
         running = false
         // Interrupted (the endpoint's scope closed mid-transaction): nobody may wait without an end.
-        for (const caller of batch) caller.finish(Exit.fail(new EndpointClosed({ name: options.endpoint })))
+        // The error is made only then: building one captures a stack, too dear for every batch.
+        const unfinished = batch.filter((caller) => caller.exit === undefined)
+        if (unfinished.length > 0) {
+          const closedExit = Exit.fail(new EndpointClosed({ name: options.endpoint }))
+          for (const caller of unfinished) caller.finish(closedExit)
+        }
         next()
       })
     ))

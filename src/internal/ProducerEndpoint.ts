@@ -21,6 +21,8 @@ import { EndpointClosed, PayloadEncodeError, ProducerContractError, ReliableConf
 import type { MessageRejected } from "../Protocol/Errors.js"
 import { checkMessageId } from "../Protocol/MessageIdRule.js"
 import type { PayloadCodec } from "../Protocol/PayloadCodec.js"
+import * as Metrics from "../Observability/Metrics.js"
+import * as Tracing from "../Observability/Tracing.js"
 import type { SystemInternals } from "./SystemInternals.js"
 import type { EndpointDetails, EndpointRecord } from "./EndpointRegistry.js"
 import * as BacklogFeeder from "./BacklogFeeder.js"
@@ -107,6 +109,8 @@ export const MaxBatch = 1000
 /** A producer-side controller as its endpoint uses it. */
 export interface EndpointController<A> extends ProducerSide<A> {
   readonly stats: () => ControllerStats
+  /** What the endpoint's gauges show (sampled). */
+  readonly gauges: () => Metrics.FlowGauges
 }
 
 /** A durable endpoint's backlog: where `enqueue` writes and what the flow takes in. */
@@ -131,7 +135,7 @@ export const backlogOf = (
 /** Starts a controller in the current scope, wired to the endpoint's hooks. */
 export type ControllerStart<A, C extends EndpointController<A>> = (hooks: ProducerHooks) => Effect.Effect<C, never, Scope.Scope>
 
-const noStats: ControllerStats = { sent: 0, resent: 0, confirmed: 0, dropped: 0 }
+const noStats: ControllerStats = { sent: 0, resent: 0, confirmed: 0, dropped: 0, oldestUnconfirmedAgeMillis: 0 }
 
 /**
  * Checks a caller's id (a generated one is fine by construction) and encodes the payload;
@@ -204,10 +208,65 @@ const startBacklog = (endpoint: string, settings: BacklogSettings, ingress: Ingr
     return backlog
   })
 
+/**
+ * The everyday send path: each call in a span when the caller has a tracer (its messages then
+ * carry the span's trace context), its send latency recorded. An answer there at once (a
+ * volatile flow with a grant in hand) took no measurable time.
+ */
+const sender = <A>(
+  endpoint: string,
+  encode: ReturnType<typeof encoder<A>>,
+  ingress: Ingress.Ingress,
+  metrics: Metrics.EndpointMetrics,
+  now: () => number,
+  closed: () => boolean
+) => {
+  const spanAttributes = { "effect_reliable.endpoint": endpoint }
+  const closedError = () => Exit.fail(new EndpointClosed({ name: endpoint }))
+
+  const submit = (items: ReadonlyArray<ProduceItem>): Effect.Effect<ReadonlyArray<Stored>, SendError> => {
+    const sent = ingress.send(items)
+    if (Exit.isExit(sent)) {
+      metrics.sendLatency.observe(0)
+      return sent as Exit.Exit<ReadonlyArray<Stored>, SendError>
+    }
+    const start = now()
+    return Effect.onExit(sent, () => Effect.sync(() => metrics.sendLatency.observe(now() - start)))
+  }
+
+  const send = (payload: A, options?: SendOptions): Effect.Effect<Stored, SendError> =>
+    Tracing.withSendSpan(Tracing.SpanNames.send, spanAttributes, (span) => {
+      if (closed()) return closedError()
+      const item = encode(payload, options?.messageId)
+      if (Either.isLeft(item)) return Exit.fail(item.left)
+      const sent = submit([span === undefined ? item.right : Tracing.tracedItem(item.right, span)])
+      if (!Exit.isExit(sent)) return Effect.map(sent, (stored) => stored[0])
+      const settled = sent as Exit.Exit<ReadonlyArray<Stored>, SendError>
+      return Exit.isSuccess(settled) ? Exit.succeed(settled.value[0]) : settled as Exit.Exit<never, SendError>
+    })
+
+  const sendAll = (messages: Iterable<Message<A>>): Effect.Effect<ReadonlyArray<Stored>, SendError> =>
+    Tracing.withSendSpan(Tracing.SpanNames.send, spanAttributes, (span) => {
+      if (closed()) return closedError()
+      const items = encodeAll(encode, messages)
+      if (Either.isLeft(items)) return Exit.fail(items.left)
+      if (items.right.length === 0) return Exit.succeed([])
+      return submit(span === undefined ? items.right : items.right.map((item) => Tracing.tracedItem(item, span)))
+    })
+
+  return { send, sendAll }
+}
+
 /** `enqueue` and `enqueueAll`: into the backlog, group-committed; refused without a durable queue. */
-const enqueuer = <A>(endpoint: string, codec: PayloadCodec<A>, backlog: Backlog | undefined, closed: () => boolean) => {
+const enqueuer = <A>(
+  endpoint: string,
+  codec: PayloadCodec<A>,
+  backlog: Backlog | undefined,
+  closed: () => boolean
+) => {
   // A binary payload is copied: the queue keeps it, and the caller may reuse its array.
   const encodeKept = encoder(endpoint, codec, (bytes) => bytes.slice())
+  const spanAttributes = { "effect_reliable.endpoint": endpoint }
   const noBacklog = () =>
     Exit.fail(
       new ReliableConfigError({
@@ -224,7 +283,12 @@ const enqueuer = <A>(endpoint: string, codec: PayloadCodec<A>, backlog: Backlog 
       if (Either.isLeft(items)) return Exit.fail(items.left as ProducerContractError | PayloadEncodeError)
       if (items.right.length === 0) return Exit.succeed([])
       return Effect.flatMap(Effect.clockWith((clock) => clock.currentTimeMillis), (at) =>
-        backlog.batcher.enqueue(items.right.map((item) => ({ messageId: item.messageId, payload: item.payload, at }))))
+        Tracing.withSendSpan(Tracing.SpanNames.send, spanAttributes, (span) =>
+          backlog.batcher.enqueue(items.right.map((item) => {
+            // A sampled sender's trace context is kept with the backlog entry, and travels on from there.
+            const trace = span === undefined ? undefined : Tracing.tracedItem(item, span).trace
+            return trace === undefined ? { messageId: item.messageId, payload: item.payload, at } : { messageId: item.messageId, payload: item.payload, at, trace }
+          }))))
     })
 
   const enqueue = (payload: A, options?: SendOptions): Effect.Effect<Enqueued, EnqueueError> =>
@@ -250,6 +314,8 @@ export const make = <A, C extends EndpointController<A>>(
     const { codec, record, start, system } = options
     const confirmations = yield* Effect.acquireRelease(PubSub.sliding<DeliveryConfirmed>(4096), PubSub.shutdown)
     const encode = encoder(record.name, codec, (bytes) => bytes)
+    const metrics = yield* Metrics.make(record.name, record.kind === "WorkProducer" ? "work_producer" : "producer")
+    const clock = yield* Effect.clock
     let closed = false
     const ingress = Ingress.make({
       endpoint: record.name,
@@ -280,7 +346,8 @@ export const make = <A, C extends EndpointController<A>>(
           notify: (confirmed) => {
             for (const item of confirmed) confirmations.unsafeOffer(item)
           },
-          stopped
+          stopped,
+          metrics
         }).pipe(Effect.tap(() => Effect.sync(() => backlog?.feeder.hint())))
     })
 
@@ -293,26 +360,13 @@ export const make = <A, C extends EndpointController<A>>(
       return controller !== undefined && controller.address.incarnation === grant.controller ? controller : undefined
     }
 
+    yield* Metrics.sampleGauges(metrics, () => {
+      const gauges = lifecycle.current()?.gauges() ?? Metrics.noGauges
+      return { ...gauges, pending: gauges.pending + ingress.waiting() }
+    })
+
     const closedError = () => Exit.fail(new EndpointClosed({ name: record.name }))
-
-    const send = (payload: A, options?: SendOptions): Effect.Effect<Stored, SendError> =>
-      Effect.suspend(() => {
-        if (closed) return closedError()
-        const item = encode(payload, options?.messageId)
-        if (Either.isLeft(item)) return Exit.fail(item.left)
-        const sent = ingress.send([item.right])
-        if (!Exit.isExit(sent)) return Effect.map(sent, (stored) => stored[0])
-        const settled = sent as Exit.Exit<ReadonlyArray<Stored>, SendError>
-        return Exit.isSuccess(settled) ? Exit.succeed(settled.value[0]) : settled as Exit.Exit<never, SendError>
-      })
-
-    const sendAll = (messages: Iterable<Message<A>>): Effect.Effect<ReadonlyArray<Stored>, SendError> =>
-      Effect.suspend(() => {
-        if (closed) return closedError()
-        const items = encodeAll(encode, messages)
-        if (Either.isLeft(items)) return Exit.fail(items.left)
-        return items.right.length === 0 ? Exit.succeed([]) : ingress.send(items.right)
-      })
+    const { send, sendAll } = sender(record.name, encode, ingress, metrics, () => clock.unsafeCurrentTimeMillis(), () => closed)
 
     const { enqueue, enqueueAll } = enqueuer(record.name, codec, backlog, () => closed)
 

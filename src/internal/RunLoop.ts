@@ -19,6 +19,8 @@ import type { Delivery } from "../Protocol/Contract.js"
 import { DeliveryDeadLettered } from "../Protocol/DeadLetter.js"
 import { HandlerTimeout } from "../Protocol/Errors.js"
 import type { EndpointClosed } from "../Protocol/Errors.js"
+import type { EndpointMetrics } from "../Observability/Metrics.js"
+import * as Tracing from "../Observability/Tracing.js"
 import { drainWithin } from "./DrainBound.js"
 import type { Handoff } from "./Handoff.js"
 import * as HandlerFailures from "./HandlerFailures.js"
@@ -34,6 +36,7 @@ export interface FailurePolicy {
   readonly publishDeadLetter: (event: DeliveryDeadLettered) => void
   /** Counts a failed attempt and a dead letter (the endpoint's stats). */
   readonly counted: { failed: number; deadLettered: number }
+  readonly metrics: EndpointMetrics
 }
 
 export interface RunLoop<R> {
@@ -41,6 +44,18 @@ export interface RunLoop<R> {
   /** Lets the handler in flight finish (at most `drainTimeout`), then ends the loop. */
   readonly stop: (fiber: Fiber.RuntimeFiber<never, EndpointClosed>, drainTimeout: Duration.Duration) => Effect.Effect<void>
 }
+
+/**
+ * A traced delivery's attempt, in a span whose parent is the sender's span, followed on success
+ * by its confirmation in a span inside that one: the trace goes send -> deliver -> confirm.
+ */
+const traced = <A, E, R>(endpoint: string, delivery: Delivery<A>, trace: string, attempt: Effect.Effect<void, E, R>, confirm: Effect.Effect<void>) =>
+  Tracing.withRemoteParent(
+    Tracing.SpanNames.deliver,
+    trace,
+    { "effect_reliable.endpoint": endpoint, "messaging.message.id": delivery.messageId, "effect_reliable.attempt": delivery.attempt },
+    Effect.zipRight(attempt, Effect.withSpan(confirm, Tracing.SpanNames.confirm))
+  )
 
 export const make = <A, E, R, R2>(
   handoff: Handoff<Delivery<A>>,
@@ -74,6 +89,7 @@ export const make = <A, E, R, R2>(
   const deadLetter = (delivery: Delivery<A>, cause: Cause.Cause<E | HandlerTimeout>) =>
     Effect.sync(() => {
       policy.counted.deadLettered++
+      policy.metrics.deadLettered.add(1)
       policy.publishDeadLetter(new DeliveryDeadLettered({ endpointName: policy.endpoint, messageId: delivery.messageId, attempts: delivery.attempt, cause }))
       ;(delivery as ControllerDelivery<A>).settleWith({ _tag: "DeadLettered", attempts: delivery.attempt, error: errorText(cause) })
     })
@@ -115,10 +131,16 @@ export const make = <A, E, R, R2>(
     }
   }
 
+  // A traced delivery confirms inside its span (see `traced`).
+  const tracedContinuations = { onFailure: continuations.onFailure, onSuccess: (): Effect.Effect<void> => Effect.void }
+  const confirmCurrent = Effect.sync(() => continuations.onSuccess())
+
   const process = (delivery: Delivery<A>): Effect.Effect<void, never, R | R2> => {
     busy = true
     current = delivery
-    return Effect.matchCauseEffect(attemptOf(delivery), continuations)
+    const trace = (delivery as Partial<ControllerDelivery<A>>).trace
+    if (trace === undefined) return Effect.matchCauseEffect(attemptOf(delivery), continuations)
+    return Effect.matchCauseEffect(traced(policy.endpoint, delivery, trace, attemptOf(delivery), confirmCurrent), tracedContinuations)
   }
 
   const step: Effect.Effect<void, EndpointClosed, R | R2> = Effect.suspend(() => stopping ? Effect.interrupt : Effect.flatMap(handoff.take(), process))

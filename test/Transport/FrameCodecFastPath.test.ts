@@ -24,10 +24,12 @@ const randomFields = (random: SeededRandom.SeededRandom): Record<string, unknown
     messageId: () => `m-${random.int(0, 99)}`,
     seq: () => random.int(1, 1000),
     payload: () => new Uint8Array([1, 2, 3]),
-    chunk: () => ({ first: random.chance(0.5), last: random.chance(0.5) })
+    chunk: () => ({ first: random.chance(0.5), last: random.chance(0.5) }),
+    trace: () => "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
   }
   for (const [key, make] of Object.entries(valid)) {
     if (key === "chunk" && random.chance(0.5)) continue
+    if (key === "trace" && random.chance(0.9)) continue
     fields[key] = random.chance(0.8) ? make() : pick()
   }
   if (random.chance(0.2)) fields.extra = pick()
@@ -46,6 +48,8 @@ describe("FrameCodec SequencedMessage fast path", () => {
         accepted++
         expect(Either.isRight(viaSchema), JSON.stringify(fields)).toBe(true)
         if (Either.isRight(viaSchema)) expect(fast).toEqual(viaSchema.right)
+      } else if (fields.trace !== undefined) {
+        // A traced message always goes to the Schema.
       } else if (fields._tag === "SequencedMessage" && Either.isRight(viaSchema) && !Object.values(fields).includes(undefined)) {
         // Falling back is allowed only for shapes JSON cannot produce (an explicit undefined).
         expect.fail(`fast path refused a valid message: ${JSON.stringify(fields)}`)
@@ -54,12 +58,17 @@ describe("FrameCodec SequencedMessage fast path", () => {
     expect(accepted).toBeGreaterThan(1000)
   })
 
-  it("round-trips sequenced messages through a frame, with and without chunk marks", () => {
+  it("round-trips sequenced messages through a frame, with and without chunk marks and trace contexts", () => {
+    const trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     const decode = makeBodyDecoder()
     const address = { node: "127.0.0.1:1", endpoint: "e\"\\\u0001", incarnation: "i" }
     const messages: Array<SequencedMessage> = [
       { _tag: "SequencedMessage", sessionId: "s\u2028", messageId: "ü\"\\\n", seq: 2 ** 40, payload: new Uint8Array([0, 255]) },
-      { _tag: "SequencedMessage", sessionId: "s", messageId: "m", seq: 1, payload: new Uint8Array(), chunk: { first: true, last: false } }
+      { _tag: "SequencedMessage", sessionId: "s", messageId: "m", seq: 1, payload: new Uint8Array(), chunk: { first: true, last: false } },
+      // A sampled sender's trace context travels with the message (the fast paths leave it to JSON).
+      { _tag: "SequencedMessage", sessionId: "s", messageId: "t", seq: 3, payload: new Uint8Array([9]), trace },
+      { _tag: "SequencedMessage", sessionId: "s", messageId: "t", seq: 4, payload: new Uint8Array([9]), chunk: { first: false, last: true }, trace },
+      { _tag: "SequencedMessage", sessionId: "s", messageId: "t", seq: 5, payload: new Uint8Array([9]), attempt: 2, trace }
     ]
     for (const message of messages) {
       const frame = encodeFrame({ from: address, to: address, message })

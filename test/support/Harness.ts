@@ -1,14 +1,16 @@
 /**
  * Test support: a memory transport that records every envelope posted (with the clock time),
- * fake endpoints whose inbox the test reads, and helpers to drive the TestClock until a
- * condition holds.
+ * fake endpoints whose inbox the test reads, and the test kit's helpers (`effect-reliable/testing`)
+ * that drive the TestClock.
  */
-import { Context, Duration, Effect, Layer, Queue, Scheduler, TestClock } from "effect"
+import { Context, Duration, Effect, Layer, Queue, TestClock } from "effect"
 import type { Scope } from "effect"
 import type { EndpointKind } from "../../src/internal/EndpointRegistry.js"
 import type { ControllerAddress } from "../../src/Protocol/Address.js"
 import type { Envelope, WireMessage } from "../../src/Protocol/WireMessage.js"
 import * as ReliableSystem from "../../src/ReliableSystem.js"
+import * as Testing from "../../src/Testing.js"
+import { settle } from "../../src/Testing.js"
 import * as MemoryTransport from "../../src/Transport/MemoryTransport.js"
 import { Transport } from "../../src/Transport/Transport.js"
 
@@ -71,20 +73,7 @@ export const addressOf = (name: string) =>
 export const inject = (from: ControllerAddress, to: ControllerAddress, message: WireMessage) =>
   Effect.flatMap(ReliableSystem.ReliableSystem, (system) => Effect.sync(() => system.internal.transport.post([{ from, to, message }])))
 
-/** Lets forked fibers run to quiescence without moving the clock. */
-export const settle = Effect.gen(function*() {
-  for (let index = 0; index < 20; index++) yield* Effect.yieldNow()
-})
-
-/**
- * A scheduler that never falls back to `setTimeout`: under TestClock nothing waits on real time,
- * and the default scheduler's timer fallback costs a real millisecond per yield.
- */
-export const microtaskScheduler = new Scheduler.MixedScheduler(Number.MAX_SAFE_INTEGER)
-
-/** Runs an effect on the microtask scheduler (for long TestClock-driven runs). */
-export const onMicrotasks = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.withScheduler(effect, microtaskScheduler)
-
+export { advanceBy, microtaskScheduler, onMicrotasks, settle } from "../../src/Testing.js"
 /** Moves the TestClock to an absolute time (ms since start) and lets fibers run. */
 export const advanceTo = (millis: number) =>
   Effect.gen(function*() {
@@ -93,19 +82,19 @@ export const advanceTo = (millis: number) =>
     yield* settle
   })
 
-/** Advances the TestClock in steps until `done` holds; fails after `limitMs` of test time. */
-export const advanceUntil = (done: () => boolean, stepMs: number, limitMs: number) =>
-  Effect.gen(function*() {
-    let elapsed = 0
-    yield* settle
-    while (!done()) {
-      if (elapsed >= limitMs) return yield* Effect.fail(new Error(`condition not reached within ${limitMs}ms of test time`))
-      yield* TestClock.adjust(Duration.millis(stepMs))
-      yield* settle
-      elapsed += stepMs
+/** A condition's own source, as the label of a wait that was given none. */
+const labelOf = (done: () => boolean): string => {
+  const source = done.toString().replace(/\s+/g, " ")
+  return source.length > 160 ? `${source.slice(0, 157)}...` : source
+}
 
-    }
-  })
+/**
+ * The kit's `advanceUntil` (`effect-reliable/testing`) with positional step and limit: advances
+ * the TestClock until `done` holds; after `limitMs` of test time fails naming `label` (by default
+ * the condition's source), with the stats of the system in context.
+ */
+export const advanceUntil = (done: () => boolean, stepMs: number, limitMs: number, label = labelOf(done)) =>
+  Testing.advanceUntil(done, { label, step: Duration.millis(stepMs), within: Duration.millis(limitMs) })
 
 /** Drains what is queued in an inbox right now. */
 export const drain = (inbox: Queue.Dequeue<Envelope>) => Effect.map(Queue.takeAll(inbox), (chunk) => Array.from(chunk))

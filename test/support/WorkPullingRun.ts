@@ -13,7 +13,7 @@ import type * as Producer from "../../src/Producer.js"
 import * as ReliableSystem from "../../src/ReliableSystem.js"
 import * as FaultyTransport from "../../src/Transport/FaultyTransport.js"
 import * as WorkPulling from "../../src/WorkPulling.js"
-import { advanceUntil, settle } from "./Harness.js"
+import { advanceBy, advanceUntil, settle } from "./Harness.js"
 
 const Job = Schema.Struct({ n: Schema.Number })
 type Job = typeof Job.Type
@@ -184,7 +184,7 @@ export const runPlan = (plan: WorkPlan) =>
       )
     )
     // Let in-flight confirmations settle, so a clean run would show any late duplicate.
-    yield* advanceUntil(() => false, 100, 1_000).pipe(Effect.ignore)
+    yield* advanceBy(1_000, 100)
     for (const worker of [...workers]) yield* Scope.close(worker.scope, Exit.void)
     return { done, restarts, workersStarted: started, overWindow } satisfies RunResult
   }).pipe(

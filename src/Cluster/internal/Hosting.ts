@@ -7,6 +7,7 @@ import { Duration, Effect, ExecutionStrategy, Exit, Option, Schedule, Scope } fr
 import { ClusterPlacementError } from "../ClusterErrors.js"
 import type { ClusterRegistryError } from "../ClusterErrors.js"
 import { currentPlacement } from "./Placement.js"
+import * as Tracing from "../../Observability/Tracing.js"
 import type { MemberState } from "./MemberState.js"
 
 /** Runs effects of the member with the system, the user's services and a scope provided. */
@@ -78,14 +79,26 @@ export const relocateOrphans = (runtime: HostingRuntime): Effect.Effect<number, 
     let taken = 0
     for (const orphan of shuffled(orphans)) {
       if (taken >= quota) break
-      const won = yield* state.registry.takeOver(orphan.name, orphan.generation, state.node, state.incarnation)
-      if (Option.isNone(won)) continue
-      taken++
-      yield* Effect.logInfo(`cluster: ${state.node} took over "${orphan.name}" from ${orphan.node}`)
-      yield* startHosted(runtime, orphan.name, orphan.factory!, won.value)
+      if (yield* relocate(runtime, orphan)) taken++
     }
     return taken
   })
+
+/** Takes one orphan over and starts it here (in a span, when the application traces); false when another node won it. */
+const relocate = (runtime: HostingRuntime, orphan: { readonly name: string; readonly generation: number; readonly node: string; readonly factory?: string | undefined }) =>
+  Tracing.withSpanIfTracing(
+    Tracing.SpanNames.relocate,
+    { "effect_reliable.endpoint": orphan.name, "effect_reliable.from_node": orphan.node, "effect_reliable.to_node": runtime.state.node },
+    Effect.gen(function*() {
+      const { state } = runtime
+      const won = yield* state.registry.takeOver(orphan.name, orphan.generation, state.node, state.incarnation)
+      if (Option.isNone(won)) return false
+      yield* Effect.logInfo(`cluster: ${state.node} took over "${orphan.name}" from ${orphan.node}`)
+      yield* startHosted(runtime, orphan.name, orphan.factory!, won.value)
+      return true
+    }),
+    { root: true }
+  )
 
 /**
  * Brings the hosted endpoints in line with the records naming this node incarnation: starts the

@@ -26,7 +26,9 @@ export class ControllerDelivery<A> implements Delivery<A> {
     readonly payload: A,
     readonly attempt: number,
     private readonly owner: DeliveryOwner,
-    readonly id: number
+    readonly id: number,
+    /** The sender's W3C trace context, when its span was sampled. */
+    readonly trace?: string | undefined
   ) {}
 
   get confirm(): Effect.Effect<void> {
@@ -53,7 +55,7 @@ export class ControllerDelivery<A> implements Delivery<A> {
 
   /** The same delivery as the handler's next attempt (a point-to-point retry in place). */
   withAttempt(attempt: number): ControllerDelivery<A> {
-    const next = new ControllerDelivery(this.messageId, this.seq, this.payload, attempt, this.owner, this.id)
+    const next = new ControllerDelivery(this.messageId, this.seq, this.payload, attempt, this.owner, this.id, this.trace)
     next.done = this.done
     return next
   }

@@ -8,6 +8,7 @@
 import type { ControllerAddress } from "../../Protocol/Address.js"
 import { chunkMessageId } from "../../Protocol/ChunkId.js"
 import { FrameTooLarge } from "../../Protocol/Errors.js"
+import { MaxTraceContext } from "../../Protocol/WireMessage.js"
 
 /** Room for the consumer's node name (`host:port`, JSON-escaped) and its incarnation id. */
 const PeerAllowance = 2048
@@ -37,7 +38,9 @@ export const make = (options: {
     sessionId: options.sessionId,
     messageId: "",
     seq: Number.MAX_SAFE_INTEGER,
-    chunk: { first: false, last: false }
+    chunk: { first: false, last: false },
+    // Room for the trace context a sampled sender's message carries.
+    trace: "0".repeat(MaxTraceContext)
   }) - 2
   const fixed = SegmentHeaders + from + to + message
   const limit = options.maxFrameSize

@@ -15,6 +15,8 @@ import { Duration, Effect, Schedule } from "effect"
 import type { Fiber } from "effect"
 import * as EndpointHealth from "../../internal/EndpointHealth.js"
 import { Signal } from "../../internal/Signal.js"
+import type { QueueMetrics } from "../../Observability/Metrics.js"
+import * as Tracing from "../../Observability/Tracing.js"
 import type { HealthReporter } from "../../internal/EndpointHealth.js"
 import { DefaultQueueBackoff, DefaultQueueTimeout } from "../../Protocol/Config.js"
 import type { ReliableDeliveryStage } from "../../Protocol/Failure.js"
@@ -42,6 +44,8 @@ export interface RunnerOptions<Op> {
   readonly failed: (stage: ReliableDeliveryStage, cause: unknown, terminal: boolean) => void
   /** Told when the backend stops and starts answering (default: nobody). */
   readonly health?: HealthReporter | undefined
+  /** Counts every queue call's attempts and failures (default: nothing counted). */
+  readonly metrics?: QueueMetrics | undefined
   /** Performs one operation; every queue call in it goes through `guard`. */
   readonly run: (op: Op, guard: Guard) => Effect.Effect<void>
   /** Takes the lane's deferred work when no handshake operation waits (undefined: none). */
@@ -107,15 +111,19 @@ export const refusable = <A, E extends DurableQueueError>(effect: Effect.Effect<
 export const backoffSchedule = (backoff: NonNullable<QueueRetryPolicy["backoff"]>): Schedule.Schedule<unknown> =>
   Schedule.exponential(backoff.initial).pipe(Schedule.union(Schedule.spaced(backoff.max)))
 
-/** A call without an answer in time is backend trouble, like a refused connection. */
+/**
+ * A call without an answer in time is backend trouble, like a refused connection; `onTimeout`
+ * hears of it before the error goes on to the retries.
+ */
 export const timed = <A, E extends DurableQueueError>(
   timeout: Duration.Duration,
   stage: ReliableDeliveryStage,
-  effect: Effect.Effect<A, E>
+  effect: Effect.Effect<A, E>,
+  onTimeout: (error: QueueBackendError) => void = () => {}
 ): Effect.Effect<A, E | QueueBackendError> =>
-  Effect.timeoutFail(effect, {
-    duration: timeout,
-    onTimeout: () => new QueueBackendError({ operation: stage.toLowerCase(), cause: new Error(`no answer within ${Duration.format(timeout)}`) })
+  Effect.catchTag(Effect.timeout(effect, timeout), "TimeoutException", () => {
+    const error = new QueueBackendError({ operation: stage.toLowerCase(), cause: new Error(`no answer within ${Duration.format(timeout)}`) })
+    return Effect.zipRight(Effect.sync(() => onTimeout(error)), Effect.fail(error))
   })
 
 /**
@@ -136,9 +144,22 @@ const makeGuard = <Op>(options: RunnerOptions<Op>, gaveUp: () => void): Guard =>
         Effect.retry(attempt, { schedule: backoff, while: retriable })
       ))
 
+  const metrics = options.metrics
+  /** One attempt of a queue call, counted. */
+  const counted = <A>(stage: ReliableDeliveryStage, effect: Effect.Effect<A, DurableQueueError>) => {
+    if (metrics === undefined) return effect
+    const operation = stage.toLowerCase()
+    return Effect.zipRight(
+      Effect.sync(() => metrics.attempt(operation)),
+      Effect.tapError(effect, () => Effect.sync(() => metrics.failure(operation)))
+    )
+  }
+
   return (stage, effect, onDone) => {
-    const attempt = timed(timeout, stage, effect)
-    return Effect.matchEffect(stage === "Load" ? healing(stage, attempt) : retrying(options.retry, attempt), {
+    // A backend silent for a whole timeout is an outage already: the endpoint is degraded from
+    // the first timeout, not only once the call's retries (each as long again) are spent.
+    const attempt = counted(stage, timed(timeout, stage, effect, (error) => health.degraded(stage, error)))
+    const guarded = Effect.matchEffect(stage === "Load" ? healing(stage, attempt) : retrying(options.retry, attempt), {
       onSuccess: (value) =>
         Effect.sync(() => {
           health.healthy()
@@ -152,6 +173,8 @@ const makeGuard = <Op>(options: RunnerOptions<Op>, gaveUp: () => void): Guard =>
           options.failed(stage, error, terminal)
         })
     })
+    // One span per call, its retries included; a root span, since the lane's fiber outlives any caller's.
+    return Tracing.withSpanIfTracing(Tracing.SpanNames.queue, { "effect_reliable.operation": stage.toLowerCase() }, guarded, { root: true })
   }
 }
 

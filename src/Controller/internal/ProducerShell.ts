@@ -24,6 +24,7 @@ import type { FrameTooLarge, ProducerContractError } from "../../Protocol/Errors
 import type { ReliableDeliveryStage } from "../../Protocol/Failure.js"
 import type { PayloadCodec } from "../../Protocol/PayloadCodec.js"
 import type { ConsumerToProducer, Envelope } from "../../Protocol/WireMessage.js"
+import * as Metrics from "../../Observability/Metrics.js"
 import * as DeadlineTimer from "./DeadlineTimer.js"
 import * as ProducerCalls from "./ProducerCalls.js"
 import type { Handshake } from "./ProducerHandshake.js"
@@ -37,6 +38,8 @@ export interface ProducerHooks {
   readonly stopped: (outcome: StopOutcome) => void
   /** Where the durable lane reports that its backend stopped or started answering. */
   readonly health: HealthReporter
+  /** The endpoint's metrics. */
+  readonly metrics: Metrics.EndpointMetrics
 }
 
 /** Who a controller is: its address (a fresh incarnation) and its session. */
@@ -109,6 +112,8 @@ export interface ShellContext<Ev> {
 export interface LaneParts<Ev> {
   readonly runFork: <A, E>(effect: Effect.Effect<A, E>) => Fiber.RuntimeFiber<A, E>
   readonly health: HealthReporter
+  /** Where the lane counts its queue calls. */
+  readonly metrics: Metrics.QueueMetrics
   readonly now: () => number
   /** A durable operation finished; the event goes through the controller's machine. */
   readonly completed: (event: (now: number) => Ev) => void
@@ -124,6 +129,7 @@ const laneParts = <Ev>(
 ): LaneParts<Ev> => ({
   runFork: parts.runFork,
   health: parts.health,
+  metrics: parts.metrics,
   now: parts.now,
   completed: (event) => parts.dispatch(event(parts.now())),
   failed: (stage, cause, terminal) => {
@@ -138,6 +144,14 @@ export interface ShellCounters {
   dropped: number
 }
 
+/** What a producer-side controller counts into the endpoint's counter metrics (its stats' numbers). */
+export interface MetricCounts {
+  readonly sent: () => number
+  readonly resent: () => number
+  readonly confirmed: () => number
+  readonly dropped: () => number
+}
+
 export interface ShellOptions<S, Ev, Act extends { readonly _tag: string }, A> {
   readonly identity: Identity
   readonly system: SystemInternals
@@ -148,6 +162,8 @@ export interface ShellOptions<S, Ev, Act extends { readonly _tag: string }, A> {
   /** How long closing waits for the durable lane to finish what it holds. */
   readonly drainTimeout: Duration.Duration
   readonly counters: ShellCounters
+  /** The controller's counts as its stats report them, added to the counter metrics after each fold. */
+  readonly metricCounts: MetricCounts
   readonly machine: ShellMachine<S, Ev, Act>
   readonly initial: (now: number) => Step<S, Act>
   /** Whether the resolver vouches for a registering controller. */
@@ -183,6 +199,8 @@ export interface ProducerSide<A> {
 
 export interface Shell<S, A> extends ProducerSide<A> {
   readonly state: () => S
+  /** The controller's clock (millis), the one its machine's times come from. */
+  readonly now: () => number
   /** The timer may have a new deadline (e.g. a first audit): wake it if it sleeps for one. */
   readonly wakeTimer: () => void
 }
@@ -227,6 +245,27 @@ const performCommon = (action: CommonAction, parts: CommonParts): void => {
   }
 }
 
+/** Adds the controller's counts to the endpoint's counter metrics (after each fold). */
+const counterSync = (counts: MetricCounts, metrics: Metrics.EndpointMetrics) =>
+  Metrics.counterSync([
+    [counts.sent, metrics.sent],
+    [counts.resent, metrics.resent],
+    [counts.confirmed, metrics.confirmed],
+    [counts.dropped, metrics.dropped]
+  ])
+
+/**
+ * Graceful shutdown, before the endpoint closes the controller (not on a respawn or a restart,
+ * which replace it at once): calls are refused from now on (`startClosing`), the store in flight
+ * completes and every confirmation received so far is written, so a clean restart redelivers
+ * nothing that was confirmed.
+ */
+const drainOf = <Act>(lane: Lane<Act> | undefined, drainTimeout: Duration.Duration, finished: () => boolean, startClosing: () => void) =>
+  Effect.suspend(() => {
+    startClosing()
+    return lane === undefined || finished() ? Effect.void : drainWithin(drainTimeout, lane.drain)
+  })
+
 export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
   options: ShellOptions<S, Ev, Act, A>
 ): Effect.Effect<Shell<S, A>, never, Scope.Scope> =>
@@ -262,9 +301,10 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
       dispatch: (event) => void dispatch(event),
       stop,
       post: (envelope) => void (envelopes ??= []).push(envelope),
-      laneParts: laneParts<Ev>({ runFork, health: hooks.health, now, dispatch: (event) => void dispatch(event), stop })
+      laneParts: laneParts<Ev>({ runFork, health: hooks.health, metrics: hooks.metrics.queue, now, dispatch: (event) => void dispatch(event), stop })
     }
     const lane = options.lane?.(context)
+    const syncCounters = counterSync(options.metricCounts, hooks.metrics)
 
     const perform = (actions: ReadonlyArray<Act>) => {
       for (const action of actions) {
@@ -276,6 +316,7 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
       const posted = envelopes
       envelopes = undefined
       if (posted !== undefined) system.transport.post(posted)
+      syncCounters()
     }
 
     const dispatch = (event: Ev): ReadonlyArray<Act> => {
@@ -308,19 +349,11 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
       Effect.sync(() => {
         closed = true
         calls.abandon()
+        syncCounters()
       })
     )
 
-    /**
-     * Graceful shutdown, before the endpoint closes the controller (not on a respawn or a
-     * restart, which replace it at once): calls are refused from now on, the store in flight
-     * completes and every confirmation received so far is written, so a clean restart
-     * redelivers nothing that was confirmed.
-     */
-    const drain = Effect.suspend(() => {
-      closing = true
-      return lane === undefined || finished() ? Effect.void : drainWithin(options.drainTimeout, lane.drain)
-    })
+    const drain = drainOf(lane, options.drainTimeout, finished, () => void (closing = true))
 
     const started = options.initial(now())
     state = started.state
@@ -346,6 +379,7 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
       handshake: () => machine.handshake(state),
       freeDemand: () => machine.freeDemand(state),
       state: () => state,
+      now,
       wakeTimer: timer.wake,
       drain
     }

@@ -57,125 +57,132 @@ const viewBacklog = (queue: QueueOperatorService, limit = 100) =>
   Effect.map(queue.backlog(limit), (entries) =>
     entries.map((entry) => ({ messageId: entry.messageId, payload: hex(entry.payload), enqueuedAt: entry.enqueuedAt, trace: entry.trace ?? null })))
 
+const backlogOrderTests = <Q extends QueueOperatorService>(adapter: OperatorAdapter<Q>) => {
+  it.scoped("enqueue adds messages in order; backlog reads the oldest first, at most limit", () =>
+    Effect.gen(function*() {
+      const queue = yield* adapter.fresh
+      const now = yield* Clock.currentTimeMillis
+      const results = yield* queue.enqueue([
+        { messageId: "a", payload: bytes("a"), at: 1_000, trace: "00-trace-a" },
+        { messageId: "b", payload: bytes("b") }
+      ])
+      expect(results).toEqual([{ messageId: "a", alreadyStored: false }, { messageId: "b", alreadyStored: false }])
+      yield* enqueueOne(queue, "c", "c", { at: 3_000 })
+      expect(yield* viewBacklog(queue)).toEqual([
+        { messageId: "a", payload: hex(bytes("a")), enqueuedAt: 1_000, trace: "00-trace-a" },
+        { messageId: "b", payload: hex(bytes("b")), enqueuedAt: now, trace: null },
+        { messageId: "c", payload: hex(bytes("c")), enqueuedAt: 3_000, trace: null }
+      ])
+      expect((yield* queue.backlog(2)).map((entry) => entry.messageId)).toEqual(["a", "b"])
+      expect(yield* queue.backlog(0)).toEqual([])
+    }))
+
+  it.scoped("the first write wins across the backlog and the stored entries", () =>
+    Effect.gen(function*() {
+      const queue = yield* adapter.fresh
+      const { epoch } = yield* adapter.load(queue)
+      yield* adapter.store(queue, epoch, { messageId: "stored", payload: bytes("s") })
+      const results = yield* queue.enqueue([
+        { messageId: "new", payload: bytes("first") },
+        { messageId: "stored", payload: bytes("x") },
+        { messageId: "new", payload: bytes("second") }
+      ])
+      expect(results.map((result) => result.alreadyStored)).toEqual([false, true, true])
+      expect((yield* enqueueOne(queue, "new", "third")).alreadyStored).toBe(true)
+      expect(yield* viewBacklog(queue)).toEqual([
+        { messageId: "new", payload: hex(bytes("first")), enqueuedAt: yield* Clock.currentTimeMillis, trace: null }
+      ])
+    }))
+
+  it.scoped("a blank or reserved id is QueueConflict and the whole batch writes nothing", () =>
+    Effect.gen(function*() {
+      const queue = yield* adapter.fresh
+      const good = { messageId: "good", payload: bytes("g") }
+      expect(yield* failureTag(queue.enqueue([good, { messageId: "", payload: bytes("e") }]))).toBe("QueueConflict")
+      expect(yield* failureTag(queue.enqueue([good, { messageId: "  ", payload: bytes("e") }]))).toBe("QueueConflict")
+      expect(yield* failureTag(queue.enqueue([good, { messageId: chunkMessageId("x", 0, 2), payload: bytes("e") }])))
+        .toBe("QueueConflict")
+      expect(yield* queue.backlog(10)).toEqual([])
+      expect(yield* queue.enqueue([])).toEqual([])
+    }))
+
+  it.scoped("a store from the backlog takes the message out, keeping its send time and trace", () =>
+    Effect.gen(function*() {
+      const queue = yield* adapter.fresh
+      yield* queue.enqueue([
+        { messageId: "a", payload: bytes("a"), at: 5, trace: "t-a" },
+        { messageId: "b", payload: bytes("b"), at: 6 }
+      ])
+      const { epoch } = yield* adapter.load(queue)
+      const [a] = yield* queue.backlog(1)
+      const results = yield* adapter.storeAccepted(queue, epoch, [
+        { messageId: a.messageId, payload: a.payload, fromBacklog: true, at: a.enqueuedAt, trace: a.trace }
+      ])
+      expect(results.map((result) => [result.messageId, result.seq, result.alreadyStored])).toEqual([["a", 1, false]])
+      expect((yield* queue.backlog(10)).map((entry) => entry.messageId)).toEqual(["b"])
+      const { loaded } = yield* adapter.load(queue)
+      expect(loaded.map(viewEntry)).toEqual([
+        { seq: 1, messageId: "a", payload: hex(bytes("a")), chunk: null, at: 5, trace: "t-a" }
+      ])
+    }))
+}
+
+const backlogRaceTests = <Q extends QueueOperatorService>(adapter: OperatorAdapter<Q>) => {
+  it.scoped("an id stored meanwhile is never read from the backlog; its store from the backlog answers alreadyStored", () =>
+    Effect.gen(function*() {
+      const queue = yield* adapter.fresh
+      yield* queue.enqueue([{ messageId: "x", payload: bytes("enqueued") }, { messageId: "y", payload: bytes("y") }])
+      const { epoch } = yield* adapter.load(queue)
+      // a store that did not come from the backlog wins the id
+      yield* adapter.storeAccepted(queue, epoch, [{ messageId: "x", payload: bytes("sent") }])
+      expect((yield* queue.backlog(10)).map((entry) => entry.messageId)).toEqual(["y"])
+      const [again] = yield* adapter.storeAccepted(queue, epoch, [{ messageId: "x", payload: bytes("enqueued"), fromBacklog: true }])
+      expect([again.alreadyStored, hex(again.payload)]).toEqual([true, hex(bytes("sent"))])
+      expect((yield* adapter.load(queue)).loaded.map((entry) => [entry.messageId, hex(entry.payload)])).toEqual([
+        ["x", hex(bytes("sent"))]
+      ])
+    }))
+
+  it.scoped("concurrent enqueues: distinct ids all land, one id lands once", () =>
+    Effect.gen(function*() {
+      const queue = yield* adapter.fresh
+      yield* warmUp(queue.backlog(1))
+      const distinct = yield* Effect.all(
+        Array.from({ length: 20 }, (_, i) => enqueueOne(queue, `m${i}`, `${i}`)),
+        { concurrency: "unbounded" }
+      )
+      expect(distinct.every((result) => !result.alreadyStored)).toBe(true)
+      const same = yield* Effect.all(
+        Array.from({ length: 10 }, (_, i) => enqueueOne(queue, "same", `${i}`)),
+        { concurrency: "unbounded" }
+      )
+      expect(same.filter((result) => !result.alreadyStored)).toHaveLength(1)
+      const ids = (yield* queue.backlog(100)).map((entry) => entry.messageId)
+      expect(new Set(ids)).toEqual(new Set([...Array.from({ length: 20 }, (_, i) => `m${i}`), "same"]))
+      expect(ids).toHaveLength(21)
+    }))
+
+  it.scopedLive("a backlog signal (where the queue has one) follows an enqueue", () =>
+    Effect.gen(function*() {
+      const queue = yield* adapter.fresh
+      const signal = queue.backlogSignal
+      if (signal === undefined) return
+      const heard = yield* Deferred.make<void>()
+      yield* Effect.forkScoped(Effect.zipRight(Stream.runHead(signal), Deferred.succeed(heard, undefined)))
+      // a subscription may take a moment (PostgreSQL's LISTEN): enqueue until it hears one
+      let round = 0
+      while (!(yield* Deferred.isDone(heard)) && round < 100) {
+        yield* enqueueOne(queue, `s${round++}`, "s")
+        yield* Effect.sleep(Duration.millis(50))
+      }
+      expect(yield* Deferred.isDone(heard)).toBe(true)
+    }))
+}
+
 const backlogTests = <Q extends QueueOperatorService>(adapter: OperatorAdapter<Q>) =>
   describe("backlog", () => {
-    it.scoped("enqueue adds messages in order; backlog reads the oldest first, at most limit", () =>
-      Effect.gen(function*() {
-        const queue = yield* adapter.fresh
-        const now = yield* Clock.currentTimeMillis
-        const results = yield* queue.enqueue([
-          { messageId: "a", payload: bytes("a"), at: 1_000, trace: "00-trace-a" },
-          { messageId: "b", payload: bytes("b") }
-        ])
-        expect(results).toEqual([{ messageId: "a", alreadyStored: false }, { messageId: "b", alreadyStored: false }])
-        yield* enqueueOne(queue, "c", "c", { at: 3_000 })
-        expect(yield* viewBacklog(queue)).toEqual([
-          { messageId: "a", payload: hex(bytes("a")), enqueuedAt: 1_000, trace: "00-trace-a" },
-          { messageId: "b", payload: hex(bytes("b")), enqueuedAt: now, trace: null },
-          { messageId: "c", payload: hex(bytes("c")), enqueuedAt: 3_000, trace: null }
-        ])
-        expect((yield* queue.backlog(2)).map((entry) => entry.messageId)).toEqual(["a", "b"])
-        expect(yield* queue.backlog(0)).toEqual([])
-      }))
-
-    it.scoped("the first write wins across the backlog and the stored entries", () =>
-      Effect.gen(function*() {
-        const queue = yield* adapter.fresh
-        const { epoch } = yield* adapter.load(queue)
-        yield* adapter.store(queue, epoch, { messageId: "stored", payload: bytes("s") })
-        const results = yield* queue.enqueue([
-          { messageId: "new", payload: bytes("first") },
-          { messageId: "stored", payload: bytes("x") },
-          { messageId: "new", payload: bytes("second") }
-        ])
-        expect(results.map((result) => result.alreadyStored)).toEqual([false, true, true])
-        expect((yield* enqueueOne(queue, "new", "third")).alreadyStored).toBe(true)
-        expect(yield* viewBacklog(queue)).toEqual([
-          { messageId: "new", payload: hex(bytes("first")), enqueuedAt: yield* Clock.currentTimeMillis, trace: null }
-        ])
-      }))
-
-    it.scoped("a blank or reserved id is QueueConflict and the whole batch writes nothing", () =>
-      Effect.gen(function*() {
-        const queue = yield* adapter.fresh
-        const good = { messageId: "good", payload: bytes("g") }
-        expect(yield* failureTag(queue.enqueue([good, { messageId: "", payload: bytes("e") }]))).toBe("QueueConflict")
-        expect(yield* failureTag(queue.enqueue([good, { messageId: "  ", payload: bytes("e") }]))).toBe("QueueConflict")
-        expect(yield* failureTag(queue.enqueue([good, { messageId: chunkMessageId("x", 0, 2), payload: bytes("e") }])))
-          .toBe("QueueConflict")
-        expect(yield* queue.backlog(10)).toEqual([])
-        expect(yield* queue.enqueue([])).toEqual([])
-      }))
-
-    it.scoped("a store from the backlog takes the message out, keeping its send time and trace", () =>
-      Effect.gen(function*() {
-        const queue = yield* adapter.fresh
-        yield* queue.enqueue([
-          { messageId: "a", payload: bytes("a"), at: 5, trace: "t-a" },
-          { messageId: "b", payload: bytes("b"), at: 6 }
-        ])
-        const { epoch } = yield* adapter.load(queue)
-        const [a] = yield* queue.backlog(1)
-        const results = yield* adapter.storeAccepted(queue, epoch, [
-          { messageId: a.messageId, payload: a.payload, fromBacklog: true, at: a.enqueuedAt, trace: a.trace }
-        ])
-        expect(results.map((result) => [result.messageId, result.seq, result.alreadyStored])).toEqual([["a", 1, false]])
-        expect((yield* queue.backlog(10)).map((entry) => entry.messageId)).toEqual(["b"])
-        const { loaded } = yield* adapter.load(queue)
-        expect(loaded.map(viewEntry)).toEqual([
-          { seq: 1, messageId: "a", payload: hex(bytes("a")), chunk: null, at: 5, trace: "t-a" }
-        ])
-      }))
-
-    it.scoped("an id stored meanwhile is never read from the backlog; its store from the backlog answers alreadyStored", () =>
-      Effect.gen(function*() {
-        const queue = yield* adapter.fresh
-        yield* queue.enqueue([{ messageId: "x", payload: bytes("enqueued") }, { messageId: "y", payload: bytes("y") }])
-        const { epoch } = yield* adapter.load(queue)
-        // a store that did not come from the backlog wins the id
-        yield* adapter.storeAccepted(queue, epoch, [{ messageId: "x", payload: bytes("sent") }])
-        expect((yield* queue.backlog(10)).map((entry) => entry.messageId)).toEqual(["y"])
-        const [again] = yield* adapter.storeAccepted(queue, epoch, [{ messageId: "x", payload: bytes("enqueued"), fromBacklog: true }])
-        expect([again.alreadyStored, hex(again.payload)]).toEqual([true, hex(bytes("sent"))])
-        expect((yield* adapter.load(queue)).loaded.map((entry) => [entry.messageId, hex(entry.payload)])).toEqual([
-          ["x", hex(bytes("sent"))]
-        ])
-      }))
-
-    it.scoped("concurrent enqueues: distinct ids all land, one id lands once", () =>
-      Effect.gen(function*() {
-        const queue = yield* adapter.fresh
-        yield* warmUp(queue.backlog(1))
-        const distinct = yield* Effect.all(
-          Array.from({ length: 20 }, (_, i) => enqueueOne(queue, `m${i}`, `${i}`)),
-          { concurrency: "unbounded" }
-        )
-        expect(distinct.every((result) => !result.alreadyStored)).toBe(true)
-        const same = yield* Effect.all(
-          Array.from({ length: 10 }, (_, i) => enqueueOne(queue, "same", `${i}`)),
-          { concurrency: "unbounded" }
-        )
-        expect(same.filter((result) => !result.alreadyStored)).toHaveLength(1)
-        const ids = (yield* queue.backlog(100)).map((entry) => entry.messageId)
-        expect(new Set(ids)).toEqual(new Set([...Array.from({ length: 20 }, (_, i) => `m${i}`), "same"]))
-        expect(ids).toHaveLength(21)
-      }))
-
-    it.scopedLive("a backlog signal (where the queue has one) follows an enqueue", () =>
-      Effect.gen(function*() {
-        const queue = yield* adapter.fresh
-        const signal = queue.backlogSignal
-        if (signal === undefined) return
-        const heard = yield* Deferred.make<void>()
-        yield* Effect.forkScoped(Effect.zipRight(Stream.runHead(signal), Deferred.succeed(heard, undefined)))
-        // a subscription may take a moment (PostgreSQL's LISTEN): enqueue until it hears one
-        let round = 0
-        while (!(yield* Deferred.isDone(heard)) && round < 100) {
-          yield* enqueueOne(queue, `s${round++}`, "s")
-          yield* Effect.sleep(Duration.millis(50))
-        }
-        expect(yield* Deferred.isDone(heard)).toBe(true)
-      }))
+    backlogOrderTests(adapter)
+    backlogRaceTests(adapter)
   })
 
 /** Stores and accepts `ids`, then dead-letters `dead` with attempts 3 at time 77. */

@@ -5,15 +5,30 @@
  * use one channel, and a controller restarting on a queue ends one stream while the next begins.
  * So each channel is listened to once per client, by a fiber that lives while the channel has
  * subscribers, and its notifications are handed to each subscriber.
+ *
+ * The client's listener connection can die (the server restarted, the network cut it) without
+ * its stream ending or failing: it just goes silent, for good. So the fiber also listens to a
+ * heartbeat channel of its own on the same connection and notifies it now and then; a heartbeat
+ * sent but not heard means the connection is gone, and the fiber listens again (a fresh
+ * connection once nobody holds the dead one).
  */
 import type { SqlError } from "@effect/sql/SqlError"
-import { Duration, Effect, Exit, PubSub, Schedule, Scope, Stream } from "effect"
+import { Data, Duration, Effect, Exit, Option, PubSub, Schedule, Scope, Stream } from "effect"
+import { randomUUID } from "node:crypto"
+import { Signal } from "../../internal/Signal.js"
 
 export type Listen = (channel: string) => Stream.Stream<string, SqlError>
 
+/** What the notifications need of a PostgreSQL client. */
+export interface PgListener {
+  readonly listen: Listen
+  /** Sends `payload` on `channel` (through an ordinary connection, not the listener's). */
+  readonly notify: (channel: string, payload: string) => Effect.Effect<void, unknown>
+}
+
 interface Listening {
   subscribers: number
-  readonly notifications: PubSub.PubSub<string>
+  readonly notifications: PubSub.PubSub<Notification>
   /** Closed when the last subscriber leaves, which ends the listening fiber (and its LISTEN). */
   readonly scope: Scope.CloseableScope
 }
@@ -24,27 +39,85 @@ const bufferSize = 256
 /** A listener that failed is set up again: notifications meanwhile are lost, readers poll too. */
 const relisten = Schedule.exponential(Duration.millis(100)).pipe(Schedule.either(Schedule.spaced(Duration.seconds(5))))
 
+/** How often the listener checks its connection with a heartbeat, and how long one may take to arrive. */
+export const HeartbeatInterval = Duration.seconds(1)
+
+/** What subscribers receive: a payload, or `Missed` after a new listen (notifications may have been lost). */
+export const Missed = Symbol.for("effect-reliable/PgNotifications/Missed")
+export type Notification = string | typeof Missed
+
+class ListenerLost extends Data.TaggedError("ListenerLost")<{ readonly channel: string }> {}
+
+/**
+ * A new listen's `LISTEN`s are not in place at once: it sends heartbeats this often, this many
+ * times (5 s in all), before one that never arrives counts as a dead connection.
+ */
+const FirstHeartbeatEvery = Duration.millis(250)
+const FirstHeartbeatTries = 20
+
+/**
+ * Listens to `channel` until the connection is found dead; fails then (or when `listen` fails).
+ * A heartbeat that could not be sent (the server is down) proves nothing and is tried again.
+ * On a listen after the first, the first heartbeat heard (the connection's LISTENs are in place)
+ * publishes `Missed`: whatever was notified while nobody listened is looked for once.
+ */
+const listenOnce = (listener: PgListener, channel: string, publish: (notification: Notification) => Effect.Effect<unknown>, again: boolean) =>
+  Effect.gen(function*() {
+    const heartbeat = `reliable_heartbeat_${randomUUID().replaceAll("-", "").slice(0, 16)}`
+    const heard = new Signal()
+    const listening = Stream.merge(
+      Stream.mapEffect(listener.listen(channel), publish),
+      Stream.map(listener.listen(heartbeat), () => heard.fire())
+    ).pipe(Stream.runDrain)
+    const lost = new ListenerLost({ channel })
+    /** Notifies the heartbeat channel; true when it arrived within `within`, false when it did not, undefined when unsent. */
+    const beat = (within: Duration.Duration) =>
+      Effect.gen(function*() {
+        const arrival = heard.next()
+        const sent = yield* listener.notify(heartbeat, "beat").pipe(Effect.timeout(HeartbeatInterval), Effect.either)
+        if (sent._tag === "Left") return undefined
+        return Option.isSome(yield* Effect.option(Effect.timeout(arrival, within)))
+      })
+    const first = beat(FirstHeartbeatEvery).pipe(
+      Effect.repeat({ until: (arrived) => arrived === true, times: FirstHeartbeatTries - 1 }),
+      Effect.filterOrFail((arrived) => arrived === true, () => lost),
+      Effect.zipRight(again ? publish(Missed) : Effect.void)
+    )
+    const steady = Effect.zipRight(Effect.sleep(HeartbeatInterval), beat(HeartbeatInterval)).pipe(
+      Effect.repeat({ while: (arrived) => arrived !== false }),
+      Effect.zipRight(Effect.fail(lost))
+    )
+    // A dead connection may also fail the `UNLISTEN` of the stream's end as a defect: any end is
+    // a reason to listen again.
+    return yield* Effect.raceFirst(listening, Effect.zipRight(first, steady)).pipe(
+      Effect.sandbox,
+      Effect.mapError(() => lost)
+    )
+  })
+
 /** The channels each client listens to. Keyed by the client's `listen`, so it goes with the client. */
 const clients = new WeakMap<Listen, Map<string, Listening>>()
 
 /** Subscribing and leaving run one at a time, so a LISTEN and an UNLISTEN never cross. */
 const lock = Effect.unsafeMakeSemaphore(1)
 
-const join = (listen: Listen, channel: string): Effect.Effect<Listening> =>
+const join = (listener: PgListener, channel: string): Effect.Effect<Listening> =>
   lock.withPermits(1)(Effect.gen(function*() {
-    const channels = clients.get(listen) ?? new Map<string, Listening>()
-    clients.set(listen, channels)
+    const channels = clients.get(listener.listen) ?? new Map<string, Listening>()
+    clients.set(listener.listen, channels)
     const found = channels.get(channel)
     if (found !== undefined) {
       found.subscribers += 1
       return found
     }
-    const notifications = yield* PubSub.sliding<string>(bufferSize)
+    const notifications = yield* PubSub.sliding<Notification>(bufferSize)
+    let attempts = 0
     const scope = yield* Scope.make()
     // joining runs uninterruptibly (it acquires a subscription), and a fork inherits that
     yield* Effect.forkIn(
       Effect.interruptible(
-        listen(channel).pipe(Stream.retry(relisten), Stream.runForEach((payload) => PubSub.publish(notifications, payload)))
+        Effect.suspend(() => listenOnce(listener, channel, (notification) => PubSub.publish(notifications, notification), attempts++ > 0))
+          .pipe(Effect.retry(relisten))
       ),
       scope
     )
@@ -53,19 +126,22 @@ const join = (listen: Listen, channel: string): Effect.Effect<Listening> =>
     return listening
   }))
 
-const leave = (listen: Listen, channel: string, listening: Listening): Effect.Effect<void> =>
+const leave = (listener: PgListener, channel: string, listening: Listening): Effect.Effect<void> =>
   lock.withPermits(1)(Effect.suspend(() => {
     listening.subscribers -= 1
     if (listening.subscribers > 0) return Effect.void
-    clients.get(listen)?.delete(channel)
+    clients.get(listener.listen)?.delete(channel)
     return Effect.zipRight(Scope.close(listening.scope, Exit.void), PubSub.shutdown(listening.notifications))
   }))
 
-/** The payloads notified on `channel`, from the client's one listener of it; the stream never fails. */
-export const notifications = (listen: Listen, channel: string): Stream.Stream<string> =>
+/**
+ * The payloads notified on `channel`, from the client's one listener of it, and `Missed` when
+ * some may have been lost (the listener's connection was replaced); the stream never fails.
+ */
+export const notifications = (listener: PgListener, channel: string): Stream.Stream<Notification> =>
   Stream.unwrapScoped(
     Effect.map(
-      Effect.acquireRelease(join(listen, channel), (listening) => leave(listen, channel, listening)),
+      Effect.acquireRelease(join(listener, channel), (listening) => leave(listener, channel, listening)),
       (listening) => Stream.fromPubSub(listening.notifications)
     )
   )

@@ -30,8 +30,8 @@ import type {
 } from "../DurableProducerQueue.js"
 import type { QueueConflict, QueueRejected } from "../QueueErrors.js"
 import { QueueBackendError } from "../QueueErrors.js"
-import type { Listen } from "./PgNotifications.js"
-import { notifications } from "./PgNotifications.js"
+import type { PgListener } from "./PgNotifications.js"
+import { Missed, notifications } from "./PgNotifications.js"
 import { backlogEntry, enqueueResults, makeDeadLetter, pageSize, validateEnqueue, wantedStates } from "./BacklogRules.js"
 import type { Tables } from "./SqlSchema.js"
 import { joinOrTransaction, mapStoreError, pgByteaArray, pgInt8Array, pgTextArray, readSnapshot, toBytes, toNumber, toParam } from "./SqlSupport.js"
@@ -228,9 +228,9 @@ export const takeFromBacklogCte = (t: OperatorTables, messageIds: ReadonlyArray<
  * PostgreSQL: the queue's backlog notifications, through `LISTEN` on the client's listener
  * connection (shared by every queue of the prefix: see `PgNotifications`). The stream never fails.
  */
-export const backlogSignal = (t: OperatorTables, listen: Listen): Stream.Stream<void> =>
-  notifications(listen, t.channel).pipe(
-    Stream.filter((queueName) => queueName === t.name),
+export const backlogSignal = (t: OperatorTables, listener: PgListener): Stream.Stream<void> =>
+  notifications(listener, t.channel).pipe(
+    Stream.filter((notification) => notification === Missed || notification === t.name),
     Stream.as(undefined)
   )
 
@@ -432,14 +432,14 @@ export const inspect = (t: OperatorTables, options: InspectOptions): Effect.Effe
     })
   ).pipe(Effect.mapError(backendError("inspect")))
 
-/** Every operator of one queue; `listen` is the PostgreSQL client's, when there is one. */
+/** Every operator of one queue; `listener` is the PostgreSQL client's, when there is one. */
 export const makeOperators = (
   t: OperatorTables,
-  listen: Listen | undefined
+  listener: PgListener | undefined
 ): QueueOperatorService => ({
   enqueue: (requests) => enqueue(t, requests),
   backlog: (limit) => backlog(t, limit),
-  ...(listen === undefined ? {} : { backlogSignal: backlogSignal(t, listen) }),
+  ...(listener === undefined ? {} : { backlogSignal: backlogSignal(t, listener) }),
   deadLetters: (options) => deadLetters(t, options),
   requeueDeadLetter: (messageId) => requeueDeadLetter(t, messageId),
   discardDeadLetter: (messageId) => discardDeadLetter(t, messageId),

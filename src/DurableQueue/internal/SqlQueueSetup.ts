@@ -8,7 +8,7 @@ import { Effect } from "effect"
 import * as Config from "../../Protocol/Config.js"
 import type { ReliableConfigError } from "../../Protocol/Errors.js"
 import { QueueBackendError } from "../QueueErrors.js"
-import type { Listen } from "./PgNotifications.js"
+import type { Listen, PgListener } from "./PgNotifications.js"
 import type { Tables } from "./SqlSchema.js"
 import { migrate, tables } from "./SqlSchema.js"
 import { dialectOf } from "./SqlSupport.js"
@@ -37,8 +37,8 @@ export const checkSqlQueueOptions = (
 export interface SqlQueueContext {
   readonly sql: SqlClient
   readonly tables: Tables
-  /** PostgreSQL's `LISTEN` (from `@effect/sql-pg`'s client); undefined on SQLite. */
-  readonly listen: Listen | undefined
+  /** PostgreSQL's `LISTEN` (from `@effect/sql-pg`'s client) and `NOTIFY`; undefined on SQLite. */
+  readonly listener: PgListener | undefined
 }
 
 type Listening = SqlClient & { readonly listen: Listen }
@@ -59,6 +59,8 @@ export const setUp = (
     const dialect = yield* dialectOf(sql)
     const t = yield* tables(options.tablePrefix)
     yield* Effect.mapError(migrate(sql, t), (cause) => new QueueBackendError({ operation: "migrate", cause }))
-    const listen = dialect === "pg" && canListen(client) ? client.listen : undefined
-    return { sql, tables: t, listen }
+    const listener: PgListener | undefined = dialect === "pg" && canListen(client)
+      ? { listen: client.listen, notify: (channel, payload) => Effect.asVoid(sql`SELECT pg_notify(${channel}, ${payload})`) }
+      : undefined
+    return { sql, tables: t, listener }
   })

@@ -61,9 +61,9 @@ export const encodeFrame = (envelope: Envelope): EncodedFrame => {
   // skips a Schema encode: for these JSON-safe messages it would only re-check them.
   let message: Buffer
   let payload: Uint8Array | undefined
-  if (envelope.message._tag === "SequencedMessage" && envelope.message.attempt === undefined) {
+  if (envelope.message._tag === "SequencedMessage" && envelope.message.attempt === undefined && envelope.message.trace === undefined) {
     // The hot path: a fixed layout the reader recognises without a generic JSON pass (a retried
-    // job's attempt number is rare and goes the generic way).
+    // job's attempt number and a sampled sender's trace context go the generic way).
     message = Buffer.from(writeHeader(envelope.message))
     payload = envelope.message.payload
   } else {
@@ -235,8 +235,8 @@ const nonEmpty = (value: unknown): value is string => typeof value === "string" 
 export const sequencedFast = (fields: Record<string, unknown>): SequencedMessage | undefined => {
   if (fields._tag !== "SequencedMessage") return undefined
   const { chunk, messageId, payload, seq, sessionId } = fields
-  // Only the first attempt of a message takes this path; anything more goes to the Schema.
-  if ("attempt" in fields) return undefined
+  // Only the first attempt of an untraced message takes this path; anything more goes to the Schema.
+  if ("attempt" in fields || "trace" in fields) return undefined
   if (!nonEmpty(sessionId) || !nonEmpty(messageId) || !(payload instanceof Uint8Array)) return undefined
   if (typeof seq !== "number" || !Number.isSafeInteger(seq) || seq <= 0) return undefined
   if (chunk === undefined) {

@@ -9,6 +9,9 @@
  */
 import type { TransportService } from "../Transport.js"
 
+// Kept by object identity, not as a field of the transport: a wrapper made by spreading a
+// transport (`{ ...memory, post: keepingPost }`) would copy a field and claim a safety it may not
+// have; here only the very object the memory transport made qualifies.
 const checks = new WeakMap<TransportService, () => boolean>()
 
 /** Declares `transport` recyclable whenever `check` answers true. */

@@ -19,9 +19,10 @@ import type { Scope } from "effect"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
 import { describePostgres, pgUrl, probePostgres, uniqueSuffix, dropTables } from "../DurableQueue/SqlTestSupport.js"
+import * as PgClusterRegistry from "../../src/Cluster/PgClusterRegistry.js"
 import * as PgProxy from "../support/PgProxy.js"
 import type { ChildNode } from "../support/Processes.js"
-import { countLines, tempDir } from "../support/Processes.js"
+import { tempDir } from "../support/Processes.js"
 import * as ThrowawayPg from "../support/ThrowawayPg.js"
 import { spawnMember, workQueueStates } from "./ClusterTestSupport.js"
 import { eventually } from "./ClusterWorld.js"
@@ -33,12 +34,13 @@ const tailSeconds = 3
 
 /** The database the members use, and how the test takes it away and gives it back. */
 interface Backend {
-  /** The URL the members connect to. */
-  readonly url: string
+  /** The URL member `index` connects to. */
+  readonly url: (index: number) => string
   /** The URL the test reads the queue through (never interrupted). */
   readonly directUrl: string
-  readonly down: (kind: OutageKind) => Effect.Effect<void, Error>
-  readonly up: (kind: OutageKind) => Effect.Effect<void, Error>
+  /** Takes the database away from member `index` only, or from every member. */
+  readonly down: (outage: Outage, index: number) => Effect.Effect<void, Error>
+  readonly up: (outage: Outage) => Effect.Effect<void, Error>
 }
 
 type OutageKind = "cut" | "blackhole" | "restart"
@@ -46,6 +48,8 @@ type OutageKind = "cut" | "blackhole" | "restart"
 interface Outage {
   readonly kind: OutageKind
   readonly seconds: number
+  /** Only the node that runs the dispatcher loses the database (its peers keep it). */
+  readonly dispatcherNodeOnly?: boolean
 }
 
 interface Scenario {
@@ -55,18 +59,21 @@ interface Scenario {
   readonly outages: ReadonlyArray<Outage>
 }
 
+/** One proxy per member in front of the test PostgreSQL. */
 const proxied: Effect.Effect<Backend, Error, Scope.Scope> = Effect.gen(function*() {
-  const proxy = yield* PgProxy.make(pgUrl)
+  const proxies = yield* Effect.all([PgProxy.make(pgUrl), PgProxy.make(pgUrl), PgProxy.make(pgUrl)])
+  const take = (proxy: PgProxy.PgProxy, outage: Outage) => outage.kind === "blackhole" ? proxy.blackhole : proxy.cut
   return {
-    url: proxy.url,
+    url: (index) => proxies[index].url,
     directUrl: pgUrl,
-    down: (kind) => kind === "blackhole" ? proxy.blackhole : proxy.cut,
-    up: () => proxy.heal
+    down: (outage, index) => outage.dispatcherNodeOnly === true ? take(proxies[index], outage) : Effect.forEach(proxies, (proxy) => take(proxy, outage), { discard: true }),
+    up: () => Effect.forEach(proxies, (proxy) => proxy.heal, { discard: true })
   }
 })
 
+/** A PostgreSQL cluster of the test's own, stopped (immediate mode) and started again. */
 const throwaway: Effect.Effect<Backend, Error, Scope.Scope> = Effect.map(ThrowawayPg.make, (pg) => ({
-  url: pg.url,
+  url: () => pg.url,
   directUrl: pg.url,
   down: () => pg.stopImmediate,
   up: () => pg.start
@@ -118,82 +125,121 @@ const firstProcessed = (logs: ReadonlyArray<string>): Map<string, number> => {
   return first
 }
 
+/** Which member runs the dispatcher now: the node of the latest dispatch window. */
+const dispatcherNode = (members: ReadonlyArray<ChildNode>, file: string) =>
+  Effect.sync(() => {
+    const windows = dispatchWindows(file)
+    const node = windows.reduce((latest, window) => window.to > latest.to ? window : latest).node
+    return members.findIndex((member) => `127.0.0.1:${member.port}` === node)
+  })
+
 /** A client on the backend's direct URL for the life of the scope: the test's view of the queue. */
 const confirmedJobs = (backend: Backend, prefix: string) =>
   Effect.gen(function*() {
     const client = yield* Layer.build(PgClient.layer({ url: Redacted.make(backend.directUrl), connectTimeout: Duration.seconds(5) }))
     yield* Effect.addFinalizer(() => Effect.ignore(Effect.provide(dropTables(prefix), client)))
-    return Effect.map(Effect.provide(workQueueStates(prefix, "dispatcher"), client), (s) => s.confirmed)
+    const registry = yield* Effect.provide(PgClusterRegistry.makePg({ tablePrefix: prefix }), client)
+    return {
+      confirmed: Effect.map(Effect.provide(workQueueStates(prefix, "dispatcher"), client), (s) => s.confirmed),
+      /** What the test prints when the flow does not finish: the registry's records and the queue's states. */
+      describe: Effect.all([registry.endpoints, registry.members, Effect.provide(workQueueStates(prefix, "dispatcher"), client)])
+    }
+  })
+
+/** The longest time between two jobs processed for the first time, from `from` on. */
+const longestGap = (processed: Map<string, number>, from: number): number => {
+  const times = [...processed.values()].filter((at) => at >= from).sort((a, b) => a - b)
+  let gap = 0
+  for (let i = 1; i < times.length; i++) gap = Math.max(gap, times[i] - times[i - 1])
+  return gap
+}
+
+/** Waits for a job processed for the first time after `at`; when that was, in ms after `at`. */
+const resumedAfter = (logs: ReadonlyArray<string>, at: number) =>
+  Effect.gen(function*() {
+    const before = new Set(firstProcessed(logs).keys())
+    const fresh = () => [...firstProcessed(logs)].filter(([id]) => !before.has(id)).map(([, time]) => time)
+    yield* eventually("jobs to flow again", Effect.sync(() => fresh().length > 0), "60 seconds", Duration.millis(100))
+    return Math.min(...fresh()) - at
   })
 
 const run = (scenario: Scenario, backend: Backend) =>
   Effect.gen(function*() {
     const dir = yield* tempDir
     const prefix = `co_${uniqueSuffix()}_`
-    const outageSeconds = scenario.outages.reduce((sum, outage) => sum + outage.seconds + 3, 0)
-    const jobs = jobRate * (3 + outageSeconds + tailSeconds)
     const leaseMs = scenario.leaseMs ?? 3000
     const cluster = {
       prefix,
       leaseMs,
       renewMs: Math.round(leaseMs / 3),
-      jobs,
-      pgUrl: backend.url,
       jobRate,
-      jobStartMs: Date.now() + 3000,
+      jobStartMs: Date.now(),
+      jobsFile: Path.join(dir, "jobs"),
       dispatchLog: Path.join(dir, "dispatch.log")
     }
-    const members: ReadonlyArray<ChildNode> = yield* Effect.all([spawnMember(cluster), spawnMember(cluster), spawnMember(cluster)], {
+    const members: ReadonlyArray<ChildNode> = yield* Effect.all([0, 1, 2].map((index) => spawnMember({ ...cluster, pgUrl: backend.url(index) })), {
       concurrency: "unbounded"
     })
-    const confirmed = yield* confirmedJobs(backend, prefix)
+    const view = yield* confirmedJobs(backend, prefix)
     const logs = members.map((_, index) => Path.join(dir, `worker-${index}.log`))
     members.forEach((member, index) => member.send(`WORKER worker-${index} dispatcher ${logs[index]} 1000000000 20 stamped`))
     members[0].send("SPAWN dispatcher")
     yield* members[0].next("SPAWNED", Duration.seconds(30))
-    const processed = () => logs.reduce((sum, log) => sum + countLines(log), 0)
-    yield* eventually("the flow to start", Effect.sync(() => processed() >= jobRate), "30 seconds")
+    yield* eventually("the flow to start", Effect.sync(() => firstProcessed(logs).size >= jobRate), "30 seconds", Duration.millis(100))
+    const firstDownAt = Date.now()
     const resumes: Array<number> = []
     for (const outage of scenario.outages) {
-      yield* backend.down(outage.kind)
+      yield* backend.down(outage, yield* dispatcherNode(members, cluster.dispatchLog))
       yield* Effect.sleep(Duration.seconds(outage.seconds))
-      yield* backend.up(outage.kind)
-      const upAt = Date.now()
-      const before = new Set(firstProcessed(logs).keys())
-      yield* eventually("jobs to flow again", Effect.sync(() => processed() > 0 && [...firstProcessed(logs).keys()].some((id) => !before.has(id))), "60 seconds")
-      const resumedAt = Math.min(...[...firstProcessed(logs)].filter(([id]) => !before.has(id)).map(([, at]) => at))
-      resumes.push(resumedAt - upAt)
-      console.log(`${scenario.name}: ${outage.kind} ${outage.seconds}s, lease ${leaseMs}ms: jobs flowed again ${resumedAt - upAt} ms after the database returned`)
+      yield* backend.up(outage)
+      resumes.push(yield* resumedAfter(logs, Date.now()))
     }
-    yield* eventually("every job confirmed in the queue", Effect.map(Effect.orElseSucceed(confirmed, () => 0), (n) => n === jobs), "90 seconds")
-    const stats = yield* Effect.all(members.map((member) => member.stats))
-    return {
-      jobs,
-      resumes,
-      processed: firstProcessed(logs),
-      overlaps: overlaps(dispatchWindows(cluster.dispatchLog)),
-      started: stats.reduce((sum, s) => sum + s.dispatchersStarted, 0)
-    }
+    // The source ends a few seconds of jobs later (the file is renamed into place: read whole or not at all).
+    const jobs = Math.ceil((Date.now() - cluster.jobStartMs) / 1000 * jobRate) + tailSeconds * jobRate
+    Fs.writeFileSync(`${cluster.jobsFile}.new`, String(jobs))
+    Fs.renameSync(`${cluster.jobsFile}.new`, cluster.jobsFile)
+    yield* eventually("every job confirmed in the queue", Effect.map(Effect.orElseSucceed(view.confirmed, () => 0), (n) => n === jobs), "60 seconds", Duration.millis(100)).pipe(
+      Effect.tapError(() => Effect.flatMap(Effect.either(view.describe), (state) => Effect.sync(() => console.log(`${scenario.name}: ${jobs} jobs; stuck at ${JSON.stringify(state)}`))))
+    )
+    const processed = firstProcessed(logs)
+    const gap = longestGap(processed, firstDownAt)
+    console.log(
+      `${scenario.name} (lease ${leaseMs} ms): jobs flowed again ${resumes.map((ms) => `${ms} ms`).join(", then ")} after the database returned; ` +
+        `longest pause ${gap} ms; ${jobs} jobs, all confirmed`
+    )
+    return { jobs, resumes, processed, overlaps: overlaps(dispatchWindows(cluster.dispatchLog)) }
   })
 
+/** Every job confirmed and processed, never two active dispatchers, and the flow back within lease + a few seconds. */
 const check = (scenario: Scenario, backend: Effect.Effect<Backend, Error, Scope.Scope>) =>
   Effect.gen(function*() {
     const result = yield* run(scenario, yield* backend)
     expect(result.processed.size).toBe(result.jobs)
-    expect(result.overlaps).toEqual([])
+    const [first] = result.overlaps
+    expect(result.overlaps.length, first === undefined ? "" : `e.g. epoch ${first[0].epoch} on ${first[0].node} and epoch ${first[1].epoch} on ${first[1].node}`).toBe(0)
     for (const resume of result.resumes) expect(resume).toBeLessThan((scenario.leaseMs ?? 3000) + 5000)
   }).pipe(Effect.scoped)
 
-describePostgres(probe, "cluster mode through database outages (PostgreSQL behind a proxy)", () => {
+describePostgres(probe, "cluster mode through database outages (three member processes, PostgreSQL behind a proxy)", () => {
   it.live("a 1 s cut with the default lease: the dispatcher heals in place", () =>
-    check({ name: "cut 1s", leaseMs: undefined, outages: [{ kind: "cut", seconds: 1 }] }, proxied), 120_000)
+    check({ name: "cut 1 s", leaseMs: undefined, outages: [{ kind: "cut", seconds: 1 }] }, proxied), 90_000)
+
+  it.live("a 5 s then a 30 s cut with a 1 s lease: the names are given up and the dispatcher re-created", () =>
+    check({ name: "cut 5 s, then 30 s", leaseMs: 1000, outages: [{ kind: "cut", seconds: 5 }, { kind: "cut", seconds: 30 }] }, proxied), 150_000)
+
+  it.live("a 5 s blackhole with the default lease", () =>
+    check({ name: "blackhole 5 s", leaseMs: undefined, outages: [{ kind: "blackhole", seconds: 5 }] }, proxied), 90_000)
+
+  it.live("the dispatcher's node alone blackholed for 5 s: it stops its dispatcher before a survivor takes over", () =>
+    check({
+      name: "dispatcher's node blackholed 5 s",
+      leaseMs: undefined,
+      outages: [{ kind: "blackhole", seconds: 5, dispatcherNodeOnly: true }]
+    }, proxied), 90_000)
 })
 
-describePostgres(probe, "cluster mode through database outages (more)", () => {
-  it.live("5 s then 30 s cuts with a 1 s lease", () =>
-    check({ name: "cuts, 1s lease", leaseMs: 1000, outages: [{ kind: "cut", seconds: 5 }, { kind: "cut", seconds: 30 }] }, proxied), 180_000)
-  it.live("blackhole 5 s with the default lease", () =>
-    check({ name: "blackhole 5s", leaseMs: undefined, outages: [{ kind: "blackhole", seconds: 5 }] }, proxied), 120_000)
-  it.live("restart, 5 s down", () =>
-    check({ name: "restart", leaseMs: undefined, outages: [{ kind: "restart", seconds: 5 }] }, throwaway), 120_000)
+describePostgres(probe, "cluster mode through a PostgreSQL restart (three member processes, a throwaway PostgreSQL)", () => {
+  const skip = ThrowawayPg.unavailable()
+  it.live.skipIf(skip !== undefined)(`stopped (immediate mode) for 5 s and started again${skip === undefined ? "" : ` (skipped: ${skip})`}`, () =>
+    check({ name: "PostgreSQL stopped 5 s", leaseMs: undefined, outages: [{ kind: "restart", seconds: 5 }] }, throwaway), 90_000)
 })

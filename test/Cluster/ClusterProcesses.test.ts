@@ -1,6 +1,6 @@
 /**
  * Cluster mode across real processes on 127.0.0.1 sharing the test PostgreSQL (own table prefix
- * per test, leases of 500ms): a worker node SIGKILLed mid-stream, a durable producer's node
+ * per test, leases of 1 s): a worker node SIGKILLed mid-stream, a durable producer's node
  * SIGKILLed (the producer relocates), and a producer's node SIGSTOPped past its lease and
  * continued after its producer moved (its stale controller is fenced).
  */
@@ -18,8 +18,10 @@ import { eventually } from "./ClusterWorld.js"
 import { dropAll, spawnMember, startMember, workQueueStates } from "./ClusterTestSupport.js"
 
 const probe = await probePostgres
-const leaseMs = 500
-const renewMs = 100
+// A member that cannot renew for its lease stops its relocatable endpoints (see ClusterMember):
+// a lease well above the stalls of node processes starting on a loaded machine.
+const leaseMs = 1000
+const renewMs = 200
 
 const lines = (file: string): Array<string> => {
   if (!Fs.existsSync(file)) return []
@@ -84,7 +86,7 @@ const producerNodeKilled = Effect.gen(function*() {
   b.send(`WORKER worker-b dispatcher ${logs[0]}`)
   c.send(`WORKER worker-c dispatcher ${logs[1]}`)
   a.send("SPAWN dispatcher")
-  yield* a.next("SPAWNED", Duration.seconds(20))
+  yield* a.next("SPAWNED", Duration.seconds(30))
   yield* eventually("a third of the jobs", Effect.sync(() => countLines(logs[0]) + countLines(logs[1]) >= jobs / 3), "60 seconds")
   const killedAt = Date.now()
   yield* a.kill("SIGKILL")
@@ -109,7 +111,7 @@ const producerNodePaused = Effect.gen(function*() {
   b.send(`WORKER worker-b dispatcher ${logs[0]} 1000000000 ${window}`)
   c.send(`WORKER worker-c dispatcher ${logs[1]} 1000000000 ${window}`)
   a.send("SPAWN dispatcher")
-  yield* a.next("SPAWNED", Duration.seconds(20))
+  yield* a.next("SPAWNED", Duration.seconds(30))
   yield* eventually("a quarter of the jobs", Effect.sync(() => countLines(logs[0]) + countLines(logs[1]) >= jobs / 4), "60 seconds")
   yield* a.kill("SIGSTOP")
   const nodes = [`127.0.0.1:${b.port}`, `127.0.0.1:${c.port}`]

@@ -37,6 +37,8 @@ export interface ClusterEnv {
   /** A steady job source: jobs per second from `jobStartMs` (see the fixture). */
   readonly jobRate?: number
   readonly jobStartMs?: number
+  /** A file the test writes the number of jobs into once it knows it (see the fixture). */
+  readonly jobsFile?: string
   /** The file the member's dispatcher samples its dispatching into (see the fixture). */
   readonly dispatchLog?: string
 }
@@ -51,7 +53,8 @@ export const spawnMember = (cluster: ClusterEnv) =>
     JOBS: String(cluster.jobs ?? 0),
     ...(cluster.pgUrl === undefined ? {} : { RELIABLE_PG_URL: cluster.pgUrl }),
     ...(cluster.jobRate === undefined ? {} : { JOB_RATE: String(cluster.jobRate), JOB_START_MS: String(cluster.jobStartMs ?? Date.now()) }),
-    ...(cluster.dispatchLog === undefined ? {} : { DISPATCH_LOG: cluster.dispatchLog })
+    ...(cluster.dispatchLog === undefined ? {} : { DISPATCH_LOG: cluster.dispatchLog }),
+    ...(cluster.jobsFile === undefined ? {} : { JOBS_FILE: cluster.jobsFile })
   }, script)
 
 /** A cluster member in the test process, on its own TCP port and PostgreSQL client. */

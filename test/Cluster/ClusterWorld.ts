@@ -106,10 +106,15 @@ export const startMember = <R = never>(
 
 export type { Relocatable }
 
-/** Re-runs `check` every few milliseconds until it holds; fails after `timeout`. */
-export const eventually = <E, R>(what: string, check: Effect.Effect<boolean, E, R>, timeout: Duration.DurationInput = Duration.seconds(10)) =>
+/** Re-runs `check` every `every` (default 10ms) until it holds; fails after `timeout`. */
+export const eventually = <E, R>(
+  what: string,
+  check: Effect.Effect<boolean, E, R>,
+  timeout: Duration.DurationInput = Duration.seconds(10),
+  every: Duration.DurationInput = Duration.millis(10)
+) =>
   check.pipe(
-    Effect.repeat({ until: (holds) => holds, schedule: Schedule.spaced(Duration.millis(10)) }),
+    Effect.repeat({ until: (holds) => holds, schedule: Schedule.spaced(every) }),
     Effect.timeoutFail({ duration: timeout, onTimeout: () => new Error(`timed out waiting for ${what}`) }),
     Effect.asVoid
   )

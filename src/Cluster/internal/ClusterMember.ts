@@ -228,7 +228,8 @@ export const make = (options: MemberOptions, parts: MemberParts): Effect.Effect<
       renewMs,
       claim: (record, fence) => HeldNames.claim(names, record, fence),
       owns: (name) => HeldNames.owns(names, name),
-      fenced: (name) => HeldNames.giveUp(names, name),
+      // On the member's fibers: giving the name up closes the endpoint that reports it.
+      fenced: (name) => Effect.sync(() => names.runFork(HeldNames.giveUp(names, name))),
       lookup: lookupWith(state, parts),
       spawn: (key, name, node, timeout) =>
         runtime === undefined ? Effect.dieMessage("cluster member not started") : Hosting.spawn(runtime, key, name, node, timeout),

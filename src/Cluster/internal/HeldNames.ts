@@ -117,10 +117,10 @@ export const rejoin = (names: Names): Effect.Effect<void, ClusterRegistryError> 
   names.lock.withPermits(1)(Effect.gen(function*() {
     const { state } = names
     const incarnation = names.newId()
-    yield* Effect.logWarning(`cluster: ${state.node} lost its lease; joining again`)
     yield* state.registry.join({ node: state.node, incarnation, factories: [...state.factories.keys()] }, state.leaseMs)
     state.incarnation = incarnation
     state.surrendered = false
+    yield* Effect.logWarning(`cluster: ${state.node} had lost its lease; it joined again`)
   }))
 
 /**

@@ -63,7 +63,6 @@ const load = (state: State): LoadResult => {
   return { state: { currentSeq: state.currentSeq, confirmedSeq: lowMark(state), unconfirmed }, epoch: state.epoch }
 }
 
-const isStored = (state: State) => (messageId: string): boolean => state.messages.has(messageId)
 
 const lookupIn = (state: State): Rules.Lookup => (messageId) => state.messages.get(messageId)
 
@@ -236,19 +235,14 @@ export const makeMemory: Effect.Effect<DurableProducerQueueService> = Effect.map
     confirm: (epoch, upToSeq) => Effect.suspend(() => confirm(state, epoch, upToSeq)),
     storeAccepted: (epoch, requests) => storeWhole(state, epoch, requests, true),
     deadLetter: (epoch, request) => Effect.suspend(() => deadLetter(state, epoch, request)),
-    enqueue: (requests) => Effect.suspend(() => Operators.enqueue(state.backlog, requests, isStored(state))),
-    backlog: (limit) => Effect.sync(() => Operators.read(state.backlog, limit, isStored(state))),
-    backlogSignal: Operators.signals(state.backlog),
-    deadLetters: (options) =>
-      Effect.sync(() =>
-        Operators.pageDeadLetters(
-          [...state.deadLetters].map(([messageId, record]) => deadLetterOf(state.messages.get(messageId)!, record)),
-          options
-        )
-      ),
-    requeueDeadLetter: (messageId) => Operators.requeue(state.backlog, state.deadLetters, state.messages, deadLetterOf, messageId),
-    discardDeadLetter: (messageId) => Effect.sync(() => discardDeadLetter(state, messageId)),
-    inspect: (options) => Effect.sync(() => Operators.inspect(inspected(state), state.backlog, isStored(state), options))
+    ...Operators.operators({
+      backlog: state.backlog,
+      records: state.deadLetters,
+      messages: state.messages,
+      letterOf: deadLetterOf,
+      discard: (messageId) => discardDeadLetter(state, messageId),
+      inspected: () => inspected(state)
+    })
   }
 })
 

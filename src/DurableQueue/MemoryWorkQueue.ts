@@ -43,7 +43,6 @@ interface State {
 
 const lookupIn = (state: State) => (messageId: string): StoredJob | undefined => state.jobs.get(messageId)
 
-const isStored = (state: State) => (messageId: string): boolean => state.jobs.has(messageId)
 
 const load = (state: State): WorkLoadResult => {
   state.epoch += 1
@@ -180,19 +179,14 @@ export const makeWorkMemory: Effect.Effect<DurableWorkQueueService> = Effect.map
     recordFailure: (epoch, request) => Effect.suspend(() => recordFailures(state, epoch, [request])),
     recordFailureBatch: (epoch, requests) => Effect.suspend(() => recordFailures(state, epoch, requests)),
     deadLetter: (epoch, request) => Effect.suspend(() => deadLetter(state, epoch, request)),
-    enqueue: (requests) => Effect.suspend(() => Operators.enqueue(state.backlog, requests, isStored(state))),
-    backlog: (limit) => Effect.sync(() => Operators.read(state.backlog, limit, isStored(state))),
-    backlogSignal: Operators.signals(state.backlog),
-    deadLetters: (options) =>
-      Effect.sync(() =>
-        Operators.pageDeadLetters(
-          [...state.deadLetters].map(([messageId, record]) => deadLetterOf(state.jobs.get(messageId)!, record)),
-          options
-        )
-      ),
-    requeueDeadLetter: (messageId) => Operators.requeue(state.backlog, state.deadLetters, state.jobs, deadLetterOf, messageId),
-    discardDeadLetter: (messageId) => Effect.sync(() => discardDeadLetter(state, messageId)),
-    inspect: (options) => Effect.sync(() => Operators.inspect(inspected(state), state.backlog, isStored(state), options))
+    ...Operators.operators({
+      backlog: state.backlog,
+      records: state.deadLetters,
+      messages: state.jobs,
+      letterOf: deadLetterOf,
+      discard: (messageId) => discardDeadLetter(state, messageId),
+      inspected: () => inspected(state)
+    })
   }
 })
 

@@ -13,7 +13,8 @@ import type {
   EnqueueResult,
   InspectedEntry,
   InspectOptions,
-  QueueInspection
+  QueueInspection,
+  QueueOperatorService
 } from "../DurableProducerQueue.js"
 import type { QueueConflict } from "../QueueErrors.js"
 import { backlogEntry, pageSize, planEnqueue, validateEnqueue, wantedStates } from "./BacklogRules.js"
@@ -153,5 +154,36 @@ export const inspect = (
     deadLettered: counts.DeadLettered,
     oldestAt,
     entries
+  }
+}
+
+/** What a memory queue keeps that its operators read: the parts differ only in their entries. */
+export interface MemoryOperatorParts<R, M> {
+  readonly backlog: MemoryBacklog
+  readonly records: Map<string, R>
+  readonly messages: Map<string, M>
+  readonly letterOf: (message: M, record: R) => DeadLetter
+  readonly discard: (messageId: string) => boolean
+  /** Every stored message as an inspection entry, in seq order. */
+  readonly inspected: () => Iterable<InspectedEntry>
+}
+
+/** The operator functions of a memory queue (both kinds): backlog, dead letters, inspection. */
+export const operators = <R, M>(parts: MemoryOperatorParts<R, M>): QueueOperatorService => {
+  const isStored = (messageId: string): boolean => parts.messages.has(messageId)
+  return {
+    enqueue: (requests) => Effect.suspend(() => enqueue(parts.backlog, requests, isStored)),
+    backlog: (limit) => Effect.sync(() => read(parts.backlog, limit, isStored)),
+    backlogSignal: signals(parts.backlog),
+    deadLetters: (options) =>
+      Effect.sync(() =>
+        pageDeadLetters(
+          [...parts.records].map(([messageId, record]) => parts.letterOf(parts.messages.get(messageId)!, record)),
+          options
+        )
+      ),
+    requeueDeadLetter: (messageId) => requeue(parts.backlog, parts.records, parts.messages, parts.letterOf, messageId),
+    discardDeadLetter: (messageId) => Effect.sync(() => parts.discard(messageId)),
+    inspect: (options) => Effect.sync(() => inspect(parts.inspected(), parts.backlog, isStored, options))
   }
 }

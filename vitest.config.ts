@@ -17,6 +17,10 @@ export default defineConfig({
     include: ["test/**/*.test.ts"],
     testTimeout: 60_000,
     hookTimeout: 60_000,
-    pool: "forks"
+    pool: "forks",
+    // Two test files at a time on the 2-core machines: the longest files (outages, cluster and
+    // process tests) spend most of their time waiting on real time, not on the CPU.
+    maxWorkers: 2,
+    minWorkers: 1
   }
 })

@@ -41,6 +41,7 @@ export const cases: Record<string, Case> = {
   // the PostgreSQL work queue, and the same no-op workload on pg-boss and graphile-worker
   "wp-pg-100k": () => run(WorkPullingBench.durablePg(100_000)),
   "wp-pg-100k-1pct-fail2": () => run(WorkPullingBench.durablePgFailing(100_000)),
+  "wp-pg-100k-1pct-fail2-retry10ms": () => run(WorkPullingBench.durablePgFailing(100_000, 10)),
   "wp-pgboss-100k": () => run(Competitors.pgBoss(100_000)),
   "wp-graphile-100k": () => run(Competitors.graphileWorker(100_000)),
   "remote-tcp-1m-w50": () => run(Remote.remote(1_000_000, 50)),

@@ -6,7 +6,7 @@
 import { SqlClient } from "@effect/sql/SqlClient"
 import { SqliteClient } from "@effect/sql-sqlite-node"
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Duration, Effect, Either, Layer, Schema, Stream } from "effect"
+import { Duration, Effect, Either, Layer, Queue, Schema, Stream } from "effect"
 import { rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -163,20 +163,22 @@ describePostgres(probe, "writers on PostgreSQL", () => {
     Effect.gen(function*() {
       const queueName = `signal-${uniqueSuffix()}`
       const queue = yield* SqlProducerQueue.makeSql({ queueName, tablePrefix })
-      const heard = yield* Deferred.make<void>()
-      yield* Effect.forkScoped(Effect.zipRight(Stream.runHead(queue.backlogSignal!), Deferred.succeed(heard, undefined)))
-      // the listener connects in the background: give it a moment
-      yield* Effect.sleep(Duration.millis(500))
+      const heard = yield* Queue.unbounded<void>()
+      yield* Effect.forkScoped(Stream.runForEach(queue.backlogSignal!, () => Queue.offer(heard, undefined)))
+      // The listener connects in the background and signals once it listens (so a reader looks
+      // for what committed before): wait for that one, then only a commit may signal.
+      yield* Queue.take(heard).pipe(Effect.timeout(Duration.seconds(5)))
+      yield* Queue.takeAll(heard)
       yield* Effect.gen(function*() {
         const sql = yield* SqlClient
         const writer = yield* Writer.writer({ queueName, payload: Order, tablePrefix })
         yield* sql.withTransaction(Effect.gen(function*() {
           yield* writer.enqueue({ orderId: 1, customer: "c" })
           yield* Effect.sleep(Duration.millis(300))
-          expect(yield* Deferred.isDone(heard)).toBe(false)
+          expect(yield* Queue.size(heard)).toBe(0)
         }))
       }).pipe(Effect.provide(pgClientLayer()))
-      yield* Deferred.await(heard).pipe(Effect.timeout(Duration.seconds(5)))
+      yield* Queue.take(heard).pipe(Effect.timeout(Duration.seconds(5)))
     }).pipe(Effect.provide(client)))
 })
 

@@ -4,11 +4,11 @@
  * read-only page and requeue a dead letter back into the flow when enabled.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Effect, Schedule, Schema } from "effect"
+import { Deferred, Effect, Schedule } from "effect"
 import { WorkPulling } from "effect-reliable"
 import * as Ops from "effect-reliable/ops"
 import { waitUntil } from "../support/Nodes.js"
-import { call, queueWhen, startFlow, systemLayer } from "./OpsFlow.js"
+import { call, queueWhen, startFlow, startHeldPool, systemLayer } from "./OpsFlow.js"
 
 describe("operations page API", () => {
   it.scopedLive("the snapshot's numbers are the endpoints' stats, during the flow and once it stops", () =>
@@ -75,14 +75,7 @@ describe("operations page API", () => {
 
   it.scopedLive("a work-pulling pool shows each worker's in-flight jobs as WorkPulling.stats does", () =>
     Effect.gen(function*() {
-      const Job = Schema.Struct({ n: Schema.Number })
-      const producer = yield* WorkPulling.producer({ name: "jobs", payload: Job })
-      const release = yield* Deferred.make<void>()
-      for (const [name, window] of [["worker-a", 2], ["worker-b", 3]] as const) {
-        const worker = yield* WorkPulling.worker({ name, producer: "jobs", payload: Job, window, concurrency: window })
-        yield* Effect.forkScoped(worker.run(() => Deferred.await(release)))
-      }
-      yield* Effect.forkScoped(Effect.forEach(Array.from({ length: 8 }, (_, n) => n), (n) => producer.send({ n }), { discard: true }))
+      const release = yield* startHeldPool
       const page = yield* Ops.make({ port: 0 })
       const pool = Effect.map(call(page, "api/snapshot"), (answer) => answer.body.endpoints.find((endpoint: { name: string }) => endpoint.name === "jobs").pool)
       // Both workers hold a full window (2 + 3), the other jobs wait: the pool stands still.

@@ -7,7 +7,7 @@
  * except under CI=true, where it must run (.ci/run installs `chromium`).
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Effect, Schema } from "effect"
+import { Deferred, Effect } from "effect"
 import { WorkPulling } from "effect-reliable"
 import * as Ops from "effect-reliable/ops"
 import * as Fs from "node:fs"
@@ -15,7 +15,7 @@ import * as Path from "node:path"
 import { chromium } from "playwright-core"
 import type { Page } from "playwright-core"
 import { waitUntil } from "../support/Nodes.js"
-import { queueWhen, startFlow, systemLayer } from "./OpsFlow.js"
+import { queueWhen, startFlow, startHeldPool, systemLayer } from "./OpsFlow.js"
 
 const executablePath = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium"
 const browserPresent = Fs.existsSync(executablePath)
@@ -99,14 +99,7 @@ describe.runIf(browserPresent || required)("operations page in headless Chromium
 
   it.scopedLive("shows each worker's in-flight jobs as WorkPulling.stats does", () =>
     Effect.gen(function*() {
-      const Job = Schema.Struct({ n: Schema.Number })
-      const producer = yield* WorkPulling.producer({ name: "jobs", payload: Job })
-      const release = yield* Deferred.make<void>()
-      for (const [name, window] of [["worker-a", 2], ["worker-b", 3]] as const) {
-        const worker = yield* WorkPulling.worker({ name, producer: "jobs", payload: Job, window, concurrency: window })
-        yield* Effect.forkScoped(worker.run(() => Deferred.await(release)))
-      }
-      yield* Effect.forkScoped(Effect.forEach(Array.from({ length: 8 }, (_, n) => n), (n) => producer.send({ n }), { discard: true }))
+      const release = yield* startHeldPool
       const ops = yield* Ops.make({ port: 0 })
       const browser = yield* launch
       const page = yield* Effect.promise(() => browser.newPage())

@@ -2,9 +2,9 @@
  * Test support for the operations page: a running durable flow whose consumer refuses chosen
  * orders once (each refusal a dead letter kept in the producer's queue), and the page over it.
  */
-import { Effect, Fiber, Layer, Schedule, Schema } from "effect"
+import { Deferred, Effect, Fiber, Layer, Schedule, Schema } from "effect"
 import type { Scope } from "effect"
-import { Consumer, DurableQueue, Producer, ReliableSystem, Transport } from "effect-reliable"
+import { Consumer, DurableQueue, Producer, ReliableSystem, Transport, WorkPulling } from "effect-reliable"
 import * as Ops from "effect-reliable/ops"
 
 export const Order = Schema.Struct({ id: Schema.Number, item: Schema.String })
@@ -69,3 +69,20 @@ export const queueWhen = (page: Ops.OpsPageService, label: string, holds: (queue
     Effect.retry(Schedule.spaced("20 millis")),
     Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new Error(`timed out waiting for ${label}`) })
   )
+
+/**
+ * A work-pulling pool that stands still: producer "jobs", workers "worker-a" (window 2) and
+ * "worker-b" (window 3) whose handlers wait for the returned `release`, and 8 jobs sent, so 5 are
+ * in flight and 3 wait.
+ */
+export const startHeldPool: Effect.Effect<Deferred.Deferred<void>, unknown, ReliableSystem.ReliableSystem | Scope.Scope> = Effect.gen(function*() {
+  const Job = Schema.Struct({ n: Schema.Number })
+  const producer = yield* WorkPulling.producer({ name: "jobs", payload: Job })
+  const release = yield* Deferred.make<void>()
+  for (const [name, window] of [["worker-a", 2], ["worker-b", 3]] as const) {
+    const worker = yield* WorkPulling.worker({ name, producer: "jobs", payload: Job, window, concurrency: window })
+    yield* Effect.forkScoped(worker.run(() => Deferred.await(release)))
+  }
+  yield* Effect.forkScoped(Effect.forEach(Array.from({ length: 8 }, (_, n) => n), (n) => producer.send({ n }), { discard: true }))
+  return release
+})

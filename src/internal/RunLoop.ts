@@ -69,6 +69,17 @@ const repeatWithoutYield = <E, R>(self: Effect.Effect<void, E, R>): Effect.Effec
   return loop
 }
 
+/** A handler's attempt, failing with `HandlerTimeout` when the policy sets a time limit. */
+const withTimeout = <A, E, R>(policy: FailurePolicy, delivery: Delivery<A>, attempt: Effect.Effect<void, E, R>): Effect.Effect<void, E | HandlerTimeout, R> => {
+  const timeout = policy.handlerTimeout
+  if (timeout === undefined) return attempt
+  return Effect.timeoutFail(attempt, {
+    duration: timeout,
+    onTimeout: () =>
+      new HandlerTimeout({ endpointName: policy.endpoint, messageId: delivery.messageId, attempt: delivery.attempt, timeoutMs: Duration.toMillis(timeout) })
+  })
+}
+
 export const make = <A, E, R, R2>(
   handoff: Handoff<Delivery<A>>,
   handler: (delivery: Delivery<A>) => Effect.Effect<void, E, R>,
@@ -82,15 +93,7 @@ export const make = <A, E, R, R2>(
   // The delivery the handler is working on (one at a time: the loop is sequential).
   let current: Delivery<A> | undefined
 
-  const attemptOf = (delivery: Delivery<A>): Effect.Effect<void, E | HandlerTimeout, R> => {
-    const timeout = policy.handlerTimeout
-    if (timeout === undefined) return handler(delivery)
-    return Effect.timeoutFail(handler(delivery), {
-      duration: timeout,
-      onTimeout: () =>
-        new HandlerTimeout({ endpointName: policy.endpoint, messageId: delivery.messageId, attempt: delivery.attempt, timeoutMs: Duration.toMillis(timeout) })
-    })
-  }
+  const attemptOf = (delivery: Delivery<A>) => withTimeout(policy, delivery, handler(delivery))
 
   const decide = (delivery: Delivery<A>, cause: Cause.Cause<E | HandlerTimeout>, delay: Option.Option<Duration.Duration>) => {
     const decision = HandlerFailures.defaultDecision(delivery.attempt, policy.maxAttempts, delay)
@@ -135,18 +138,32 @@ export const make = <A, E, R, R2>(
       return yield* process((delivery as ControllerDelivery<A>).withAttempt(delivery.attempt + 1))
     })
 
+  const confirmCurrentNow = () => {
+    busy = false
+    confirmNow(current!)
+  }
+
   const continuations = {
     onFailure: (cause: Cause.Cause<E | HandlerTimeout>): Effect.Effect<void, never, R | R2> => failed(current!, cause),
-    onSuccess: (): Effect.Effect<void> => {
-      busy = false
-      confirmNow(current!)
-      return Effect.void
+    onSuccess: (): Effect.Effect<void, never, R | R2> => {
+      confirmCurrentNow()
+      return nextReady()
     }
   }
 
+  /**
+   * The confirmation's fold usually hands out the next delivery at once: it is processed in this
+   * same continuation, so a busy loop costs no loop step per delivery.
+   */
+  const nextReady = (): Effect.Effect<void, never, R | R2> => {
+    if (stopping) return Effect.void
+    const next = handoff.takeReady()
+    return next === undefined ? Effect.void : process(next)
+  }
+
   // A traced delivery confirms inside its span (see `traced`).
-  const tracedContinuations = { onFailure: continuations.onFailure, onSuccess: (): Effect.Effect<void> => Effect.void }
-  const confirmCurrent = Effect.sync(() => continuations.onSuccess())
+  const tracedContinuations = { onFailure: continuations.onFailure, onSuccess: nextReady }
+  const confirmCurrent = Effect.sync(confirmCurrentNow)
 
   const process = (delivery: Delivery<A>): Effect.Effect<void, never, R | R2> => {
     taker.received()

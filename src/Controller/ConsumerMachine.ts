@@ -470,10 +470,14 @@ const onConfirm = (s: Draft, id: number, now: number, out: Out): void => {
 }
 
 /**
- * Confirms the done prefix of the hand-outs. Demand is topped up once half the window is used;
- * otherwise a consumer with nothing left to work on acknowledges, so the producer can drop what
- * is confirmed. Then it hands out what it can. `confirmedHead` is 1 when the oldest hand-out was
- * just confirmed without being marked done.
+ * Confirms the done prefix of the hand-outs. Demand is topped up to a whole window once half the
+ * window is used, and whenever the consumer has nothing left to work on (the Request confirms
+ * too, so the producer can drop what is done). Only acknowledging an idle consumer's work would
+ * leave it advertising part of its window until it next used half of it: a producer sizes its
+ * grants, and a durable one its stores, by that demand, so a flow once off its rhythm (a failed
+ * job retried on another worker, say) would go on with smaller stores. Then it hands out what
+ * it can. `confirmedHead` is 1 when the oldest hand-out was just confirmed without being marked
+ * done.
  */
 const advance = (s: Draft, now: number, out: Out, confirmedHead = 0): void => {
   let done = confirmedHead
@@ -485,11 +489,9 @@ const advance = (s: Draft, now: number, out: Out, confirmedHead = 0): void => {
     s.received = s.received.dropFront(seqs)
     const session = s.session
     if (session !== undefined) {
-      if (s.requestedUpTo - s.confirmedSeq <= Math.floor(s.config.window / 2)) {
+      if (s.received.isEmpty || s.requestedUpTo - s.confirmedSeq <= Math.floor(s.config.window / 2)) {
         s.requestedUpTo = s.confirmedSeq + s.config.window
         out.push({ _tag: "Send", to: session.producer, message: request(s, session, s.requestedUpTo, false) })
-      } else if (s.received.isEmpty) {
-        out.push({ _tag: "Send", to: session.producer, message: ack(s, session) })
       }
     }
   }

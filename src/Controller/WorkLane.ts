@@ -5,7 +5,8 @@
  * `confirmBatch`. Nothing waits on a confirmation, and a job is confirmed only after its accept
  * completed, so a confirmation need not wait for the store of newer jobs (the SQL work queue
  * lets the two overlap). Failed attempts (`recordFailure`) are written the same way, in batches
- * beside the stores, after the confirmations waiting. Dead letters are handshake operations: the
+ * beside the stores, after the confirmations waiting; only the retries of those jobs wait for
+ * them (`FailuresRecorded`). Dead letters are handshake operations: the
  * worker's settle is answered only once its dead letter is written. Retries, terminal errors and
  * restarts as in `internal/LaneRunner`.
  *
@@ -83,6 +84,19 @@ export const make = (options: WorkLaneOptions): WorkLane => {
     return fused === undefined ? stores.storeThenAccept(action, guard) : stores.storeAccepted(action, fused(epoch, action.items), guard)
   }
 
+  // The retries of these jobs wait for this write (see `WorkPullingMachine.DelayedJob`).
+  const recordFailures = (requests: ReadonlyArray<FailureRequest>, guard: LaneRunner.Guard): Effect.Effect<void> =>
+    guard(
+      "Store",
+      requests.length === 1 ? queue.recordFailure(epoch, requests[0]) : queue.recordFailureBatch(epoch, requests),
+      () =>
+        options.completed((now) => ({
+          _tag: "FailuresRecorded",
+          failures: requests.map((request) => ({ messageId: request.messageId, attempts: request.attempts })),
+          now
+        }))
+    )
+
   const run = (action: LaneOp, guard: LaneRunner.Guard): Effect.Effect<void> => {
     switch (action._tag) {
       case "Load":
@@ -99,13 +113,9 @@ export const make = (options: WorkLaneOptions): WorkLane => {
           () => options.completed((now) => ({ _tag: "AcceptCompleted", token: action.token, now }))
         )
       case "RecordFailure":
-        return guard("Store", queue.recordFailure(epoch, failureRequest(action)), () => undefined)
+        return recordFailures([failureRequest(action)], guard)
       case "RecordFailures":
-        return guard(
-          "Store",
-          action.requests.length === 1 ? queue.recordFailure(epoch, action.requests[0]) : queue.recordFailureBatch(epoch, action.requests),
-          () => undefined
-        )
+        return recordFailures(action.requests, guard)
       case "DeadLetter":
         return guard(
           "Store",

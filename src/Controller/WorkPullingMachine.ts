@@ -57,10 +57,16 @@ export interface Job {
   readonly trace?: string | undefined
 }
 
-/** A failed job waiting for its retry time before it goes back to the pool. */
+/**
+ * A failed job waiting for its retry time before it goes back to the pool, and (durable) for its
+ * failed attempt to be written: a retry never runs before its attempt count is durable, so a
+ * producer restart cannot forget an attempt that was made.
+ */
 export interface DelayedJob {
   readonly job: Job
   readonly dueAt: number
+  /** The failed attempt is in the durable queue (always true when volatile). */
+  readonly recorded: boolean
 }
 
 /** A job sent to a worker under one of its binding's seqs. */
@@ -139,6 +145,12 @@ export type WorkEvent =
     readonly now: number
   }
   | { readonly _tag: "AcceptCompleted"; readonly token: string; readonly now: number }
+  /** The durable queue recorded these failed attempts (`attempts`: failed attempts so far). */
+  | {
+    readonly _tag: "FailuresRecorded"
+    readonly failures: ReadonlyArray<{ readonly messageId: string; readonly attempts: number }>
+    readonly now: number
+  }
   /** The durable queue recorded the dead letter of the job `seq` of `worker`'s binding `sessionId`. */
   | {
     readonly _tag: "DeadLetterRecorded"
@@ -327,6 +339,9 @@ export const step = (state: WorkState, event: WorkEvent): Step => {
       break
     case "DeadLetterRecorded":
       onDeadLetterRecorded(s, event, out)
+      break
+    case "FailuresRecorded":
+      onFailuresRecorded(s, event.failures, event.now, out)
       break
     case "Fail":
       fail(s, event.stage, event.cause, out)
@@ -728,10 +743,13 @@ const completeHandshake = (s: Draft, settled: Handshake.Settled<Job> | undefined
 // ---------------------------------------------------------------------------------------------
 // Timer and durable lifecycle
 
-/** When the timer must next run: the handshake's retry deadline or the next audit. */
+/**
+ * When the timer must next run: the handshake's retry deadline, the next audit, or the first
+ * retry whose attempt is recorded (one still being written is released by `FailuresRecorded`).
+ */
 export const nextDeadline = (state: WorkState): number | undefined => {
   let next: number | undefined = Handshake.nextDeadline(state.handshake, state.config.retryIntervalMs)
-  for (const due of [state.nextAuditAt, state.delayed[0]?.dueAt]) {
+  for (const due of [state.nextAuditAt, state.delayed.find((delayed) => delayed.recorded)?.dueAt]) {
     if (due !== undefined && (next === undefined || due < next)) next = due
   }
   return next
@@ -766,7 +784,7 @@ const onLoaded = (s: Draft, loaded: WorkQueueState, now: number, out: Out): void
       at: entry.at ?? now,
       trace: entry.trace
     }
-    if (entry.notBefore !== undefined && entry.notBefore > now) retryLater(s, job, entry.notBefore)
+    if (entry.notBefore !== undefined && entry.notBefore > now) retryLater(s, job, entry.notBefore, true)
     else ready.push(job)
   }
   s.pool = SeqLog.from(ready)
@@ -779,9 +797,10 @@ const onLoaded = (s: Draft, loaded: WorkQueueState, now: number, out: Out): void
 // Settles: failed, handed-back and dead-lettered jobs
 
 /**
- * A worker settles a job without confirming it as done. Failed: the job waits for its retry time,
- * then goes back to the pool for any worker, as its next attempt (recorded when durable, so a
- * restart keeps the count). Handed back (its worker is stuck): the job goes back to the head of
+ * A worker settles a job without confirming it as done. Failed: the job waits for its retry time
+ * (and, when durable, for its failed attempt to be recorded, so a restart keeps the count), then
+ * goes back to the pool for any worker, as its next attempt. The worker is answered at once: it
+ * holds no window slot while the job waits. Handed back (its worker is stuck): the job goes back to the head of
  * the pool at once. Dead-lettered: a durable producer records it before answering `Settled`.
  * The worker confirms past a settled job only once answered, and repeats its settle until then.
  */
@@ -803,7 +822,7 @@ const onSettle = (s: Draft, from: ControllerAddress, settle: Settle, now: number
   switch (outcome._tag) {
     case "Failed": {
       const dueAt = now + outcome.retryAfterMs
-      retryLater(s, { ...job, attempt: outcome.attempt + 1 }, dueAt)
+      retryLater(s, { ...job, attempt: outcome.attempt + 1 }, dueAt, !s.config.durable)
       if (s.config.durable) {
         out.push({ _tag: "RecordFailure", messageId: job.messageId, attempts: outcome.attempt, lastError: outcome.error, notBefore: dueAt })
       }
@@ -853,23 +872,46 @@ const poolJobs = (s: Draft): Array<Job> => {
 }
 
 /** A job waits until `dueAt` before it goes back to the pool (the list stays ordered by due time). */
-const retryLater = (s: Draft, job: Job, dueAt: number): void => {
+const retryLater = (s: Draft, job: Job, dueAt: number, recorded: boolean): void => {
   const delayed = s.delayed.slice()
   let index = delayed.length
   while (index > 0 && delayed[index - 1].dueAt > dueAt) index--
-  delayed.splice(index, 0, { job, dueAt })
+  delayed.splice(index, 0, { job, dueAt, recorded })
   s.delayed = delayed
 }
 
-/** Retries whose time has come join the pool's tail. */
+/**
+ * The queue wrote these failed attempts: their retries may go once due. A report matches the
+ * waiting retry of the attempt after it, so a late answer never releases a later attempt.
+ */
+const onFailuresRecorded = (s: Draft, failures: ReadonlyArray<{ readonly messageId: string; readonly attempts: number }>, now: number, out: Out): void => {
+  const written = new Map<string, number>()
+  for (const failure of failures) written.set(failure.messageId, failure.attempts + 1)
+  let changed = false
+  const delayed = s.delayed.map((entry) => {
+    if (entry.recorded || written.get(entry.job.messageId) !== entry.job.attempt) return entry
+    changed = true
+    return { ...entry, recorded: true }
+  })
+  if (!changed) return
+  s.delayed = delayed
+  releaseDue(s, now, out)
+}
+
+/** Retries whose time has come, and whose attempt is recorded, join the pool's tail. */
 const releaseDue = (s: Draft, now: number, out: Out): void => {
   let due = 0
-  while (due < s.delayed.length && s.delayed[due].dueAt <= now) due++
-  if (due === 0) return
   let pool = s.pool
-  for (let i = 0; i < due; i++) pool = pool.append(s.delayed[i].job)
+  const writing: Array<DelayedJob> = []
+  for (; due < s.delayed.length && s.delayed[due].dueAt <= now; due++) {
+    const delayed = s.delayed[due]
+    if (delayed.recorded) pool = pool.append(delayed.job)
+    else writing.push(delayed)
+  }
+  if (pool === s.pool) return
   s.pool = pool
-  s.delayed = s.delayed.slice(due)
+  // The retries still being written stay first: they are due before the rest.
+  s.delayed = writing.length === 0 ? s.delayed.slice(due) : [...writing, ...s.delayed.slice(due)]
   dispatchPool(s, out)
   offerGrantIfDue(s, now, out)
 }

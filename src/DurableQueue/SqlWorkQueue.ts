@@ -26,7 +26,7 @@
 import type { SqlClient } from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import type { Identifier } from "@effect/sql/Statement"
-import { Config, Effect, Layer, Option } from "effect"
+import { Config, Effect, Either, Layer, Option } from "effect"
 import type { ConfigError } from "effect"
 import type { DeadLetterRequest, QueueEpoch, StoreRequest } from "./DurableProducerQueue.js"
 import type { DurableWorkQueueService, FailureRequest, WorkLoadResult, WorkStoreResult } from "./DurableWorkQueue.js"
@@ -442,25 +442,18 @@ const lookupFrom = (rows: ReadonlyArray<StateRow>) => {
 }
 
 /**
- * Records failed attempts of accepted jobs, in the locked transaction (failures are rare next to
- * stores and confirmations): one update for the batch on PostgreSQL (one per job on SQLite, where
- * a statement costs no round trip), none when a report fails the rules.
+ * Records failed attempts of accepted jobs in the locked transaction, with the rules: one update
+ * for the batch on PostgreSQL (one per job on SQLite, where a statement costs no round trip),
+ * none when a report fails the rules.
  */
-const recordFailures = (
-  queue: Queue,
-  operation: string,
-  epoch: QueueEpoch,
-  requests: ReadonlyArray<FailureRequest>
-): Effect.Effect<void, QueueFenced | QueueConflict | QueueBackendError> => {
+const recordFailuresLocked = (queue: Queue, epoch: QueueEpoch, requests: ReadonlyArray<FailureRequest>) => {
   const { entries, name, sql } = queue
   return locked(queue, epoch, () =>
     Effect.gen(function*() {
-      if (requests.length === 0) return
       const rows = yield* selectStates(queue, distinct(requests.map((request) => request.messageId)))
       const failures = yield* Rules.planFailures(lookupFrom(rows), requests)
       if (failures.length === 0) return
       yield* sql.onDialectOrElse({
-        // One statement for the batch: the queue row stays locked for a moment, not a round trip per job.
         pg: () =>
           sql`UPDATE ${entries} AS e SET attempts = (f->>'attempts')::int, last_error = f->>'lastError',
             not_before = (f->>'notBefore')::bigint
@@ -472,7 +465,75 @@ const recordFailures = (
               not_before = ${failure.notBefore}
               WHERE queue = ${name} AND message_id = ${failure.messageId} AND state = ${Accepted}`, { discard: true })
       })
-    })).pipe(mapSqlError(operation))
+    }))
+}
+
+/** Every job taken as accepted: `planFailures` then only checks the reports and keeps the last one per job. */
+const assumeAccepted = (id: string): StoredJob => ({ entry: makeEntry(0, id, emptyBytes), state: "Accepted" })
+
+/**
+ * PostgreSQL, one statement, as `advanceManyFast` for accepts and confirmations: record the
+ * failures when the epoch holds and every job is accepted or finished (a confirmed or
+ * dead-lettered job is left as it is); otherwise write nothing and return false. The queue row
+ * takes only the key-share lock, so a failure waits neither for a store in flight nor makes the
+ * next store or confirmation wait for it (the locked transaction holds the queue row for update
+ * over several round trips, which stalls both).
+ */
+const recordFailuresFast = ({ entries, name, queues, sql }: Queue, epoch: QueueEpoch, failures: ReadonlyArray<FailureRequest>) =>
+  sql<{ readonly epoch: number | string | null; readonly found: number | string }>`WITH q AS (
+      SELECT epoch FROM ${queues} WHERE name = ${name} FOR KEY SHARE
+    ), found AS (
+      SELECT e.ctid, e.state, f.attempts, f.last_error, f.not_before
+      FROM unnest(
+        ${pgTextArray(failures.map((failure) => failure.messageId))}::text[],
+        ${pgInt8Array(failures.map((failure) => failure.attempts))}::bigint[],
+        ${pgTextArray(failures.map((failure) => failure.lastError))}::text[],
+        ${pgInt8Array(failures.map((failure) => failure.notBefore))}::bigint[]
+      ) AS f(id, attempts, last_error, not_before)
+      CROSS JOIN LATERAL (
+        SELECT ctid, state FROM ${entries} WHERE queue = ${name} AND message_id = f.id OFFSET 0
+      ) AS e
+    ), counted AS (
+      SELECT count(*) AS n FROM found WHERE state >= ${Accepted}
+    ), updated AS (
+      UPDATE ${entries} AS e SET attempts = found.attempts, last_error = found.last_error, not_before = found.not_before
+      FROM found
+      WHERE e.ctid = ANY(ARRAY(SELECT ctid FROM found WHERE state = ${Accepted})) AND e.ctid = found.ctid
+        AND e.queue = ${name} AND e.state = ${Accepted}
+        AND (SELECT epoch FROM q) = ${epoch} AND (SELECT n FROM counted) = ${failures.length}
+      RETURNING 1
+    )
+    SELECT (SELECT epoch FROM q) AS epoch, (SELECT n FROM counted) AS found, (SELECT count(*) FROM updated) AS updated`
+    .pipe(
+      Effect.map((rows) =>
+        rows.length === 1 && rows[0].epoch !== null && toNumber(rows[0].epoch) === epoch &&
+        toNumber(rows[0].found) === failures.length
+      )
+    )
+
+/**
+ * Records failed attempts of accepted jobs. Failures are written beside stores and
+ * confirmations, so on PostgreSQL they go first through the one-statement path; what it cannot
+ * settle (an unknown or never accepted job, a stale epoch, an invalid report) goes to the locked
+ * transaction, which decides it with the rules.
+ */
+const recordFailures = (
+  queue: Queue,
+  operation: string,
+  epoch: QueueEpoch,
+  requests: ReadonlyArray<FailureRequest>
+): Effect.Effect<void, QueueFenced | QueueConflict | QueueBackendError> => {
+  if (requests.length === 0) return mapSqlError(operation)(locked(queue, epoch, () => Effect.void))
+  const draft = Rules.planFailures(assumeAccepted, requests)
+  const run = queue.sql.onDialectOrElse({
+    pg: () =>
+      Either.isLeft(draft) ? recordFailuresLocked(queue, epoch, requests) : Effect.flatMap(
+        recordFailuresFast(queue, epoch, draft.right).pipe(Effect.catchIf(isFastPathMiss, () => Effect.succeed(false))),
+        (done) => done ? Effect.void : recordFailuresLocked(queue, epoch, requests)
+      ),
+    orElse: () => recordFailuresLocked(queue, epoch, requests)
+  })
+  return mapSqlError(operation)(run)
 }
 
 /** Marks a job dead-lettered, keeping its payload. */

@@ -800,6 +800,22 @@ const failureTests = ({ fresh }: Suite) =>
         expect((yield* queue.load).state.pending).toEqual([])
       }))
 
+    it.scoped("recordFailureBatch beside finished jobs writes the accepted ones; one never accepted job fails the whole batch", () =>
+      Effect.gen(function*() {
+        const queue = yield* fresh
+        const { epoch } = yield* queue.load
+        yield* storeAndAccept(queue, epoch, ["a", "b", "c"].map((id) => ({ messageId: id, payload: bytes(id) })))
+        yield* queue.store(epoch, { messageId: "d", payload: bytes("d") })
+        yield* queue.confirmMessage(epoch, "b")
+        yield* queue.deadLetter(epoch, { messageId: "c", attempts: 3, lastError: "boom", at: 5 })
+        expect(yield* failureTag(queue.recordFailureBatch(epoch, [failure("a", 1, 10), failure("d", 1, 10)]))).toBe("QueueConflict")
+        const { epoch: next, state } = yield* queue.load
+        expect(viewState(state).pending.map((entry) => [entry.messageId, entry.attempts ?? 0])).toEqual([["a", 0]])
+        yield* queue.recordFailureBatch(next, [failure("b", 1, 10), failure("a", 1, 10), failure("c", 1, 10), failure("a", 2, 20)])
+        expect(viewState((yield* queue.load).state)).toEqual({ currentSeq: 4, pending: [{ ...job(1, "a", "a"), attempts: 2, notBefore: 20 }] })
+        expect((yield* queue.deadLetters({ limit: 10 })).map((letter) => [letter.messageId, letter.attempts])).toEqual([["c", 3]])
+      }))
+
     it.scoped("recordFailureBatch equals one-by-one calls; a failed batch writes nothing; a stale epoch is fenced", () =>
       Effect.gen(function*() {
         const batched = yield* fresh

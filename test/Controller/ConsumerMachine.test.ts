@@ -145,7 +145,7 @@ describe("ConsumerMachine", () => {
       expect(run(state, message(2)).actions).toEqual([])
     })
 
-    it("tops demand up once half the window is used; otherwise acknowledges when idle", () => {
+    it("tops demand up once half the window is used, and to a whole window whenever it runs out of work", () => {
       let state = registered(4)
       state = run(state, message(1), message(2)).state
       const first = run(state, confirm(state))
@@ -156,8 +156,13 @@ describe("ConsumerMachine", () => {
         { _tag: "Request", sessionId: "s1", nonce: "c1.1", confirmedSeq: 2, requestUpToSeq: 6, viaTimeout: false }
       ])
       state = run(second.state, message(3)).state
+      // Only a quarter of the window is used, but nothing is left to work on: a consumer that
+      // only acknowledged here would advertise less than its window until it next used half of
+      // it, and a producer sizes its grants (so its stores) by that demand.
       const idle = run(state, confirm(state))
-      expect(sentMessages(idle.actions)).toEqual([{ _tag: "Ack", sessionId: "s1", nonce: "c1.1", confirmedSeq: 3 }])
+      expect(sentMessages(idle.actions)).toEqual([
+        { _tag: "Request", sessionId: "s1", nonce: "c1.1", confirmedSeq: 3, requestUpToSeq: 7, viaTimeout: false }
+      ])
     })
 
     it("ignores a confirmation of a superseded delivery", () => {

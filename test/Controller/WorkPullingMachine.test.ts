@@ -649,6 +649,23 @@ describe("WorkPullingMachine", () => {
       expect(failed.actions.filter((action) => action._tag === "RecordFailure")).toEqual([
         { _tag: "RecordFailure", messageId: "a", attempts: 2, lastError: "x", notBefore: 60 }
       ])
+      // The retry is due at 60 but waits for its attempt to be written: a restart must not forget it.
+      expect(Machine.nextDeadline(failed.state)).toBe(failed.state.nextAuditAt)
+      const due = run(failed.state, request(w1, 1, 2), { _tag: "Tick", now: 100 })
+      expect(due.state.delayed.map((delayed) => delayed.job.messageId)).toEqual(["a"])
+      expect(sentTo(due.actions)).toEqual([])
+      // A report of another attempt releases nothing; the report of this one sends it at once.
+      const stale = run(due.state, { _tag: "FailuresRecorded", failures: [{ messageId: "a", attempts: 1 }], now: 101 })
+      expect(stale.state.delayed.map((delayed) => delayed.recorded)).toEqual([false])
+      const written = run(stale.state, { _tag: "FailuresRecorded", failures: [{ messageId: "a", attempts: 2 }], now: 102 })
+      expect(written.state.delayed).toEqual([])
+      const retried = written.actions.flatMap((action) => action._tag === "Send" && action.message._tag === "SequencedMessage" ? [action.message] : [])
+      expect(sentTo(written.actions)).toEqual(["w1:a"])
+      expect(retried.map((message) => [message.messageId, message.attempt])).toEqual([["a", 3]])
+      // Recorded before its time, it waits for its time as usual.
+      const early = run(failed.state, { _tag: "FailuresRecorded", failures: [{ messageId: "a", attempts: 2 }], now: 20 })
+      expect(early.state.delayed.map((delayed) => [delayed.dueAt, delayed.recorded])).toEqual([[60, true]])
+      expect(Machine.nextDeadline(early.state)).toBe(60)
       const dead = run(state, settle(w2, 1, { _tag: "DeadLettered", attempts: 5, error: "poison" }, 20))
       expect(dead.actions.filter((action) => action._tag === "DeadLetter")).toMatchObject([{ messageId: "b", attempts: 5, lastError: "poison", at: 20 }])
       expect(settledTo(dead.actions)).toEqual([])

@@ -1,4 +1,5 @@
 import type { SqlClient } from "@effect/sql/SqlClient"
+import { PgClient } from "@effect/sql-pg"
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Deferred, Duration, Effect, Fiber, Layer, Stream } from "effect"
 import { DurableProducerQueue } from "../../src/DurableQueue/DurableProducerQueue.js"
@@ -93,6 +94,36 @@ const suites = () => {
         expect((yield* Effect.flip(a.confirmMessage(epochA, "j1")))._tag).toBe("QueueFenced")
         yield* b.confirmMessage(epochB, "j1")
         expect((yield* a.load).state.pending).toEqual([])
+      }))
+
+    it.scopedLive("work queue: a failed attempt is recorded while a store in flight holds the queue row", () =>
+      Effect.gen(function*() {
+        const queueName = `busy-${uniqueSuffix()}`
+        const queue = yield* buildWork(client, queueName)
+        const { epoch } = yield* queue.load
+        yield* queue.storeAccepted!(epoch, ["a", "b"].map((id) => ({ messageId: id, payload: bytes(id) })))
+        // Another session updates the queue row as a store does (moving its cursor) and keeps its
+        // transaction open: failures are written beside the stores, so they must not wait for it.
+        const other = Context.get(yield* Layer.build(pgClientLayer()), PgClient.PgClient)
+        const held = yield* Deferred.make<void>()
+        const release = yield* Deferred.make<void>()
+        const queues = other(`${tablePrefix}work_queues`)
+        yield* Effect.forkScoped(other.withTransaction(Effect.zipRight(
+          Effect.zipRight(other`UPDATE ${queues} SET current_seq = current_seq WHERE name = ${queueName}`, Deferred.succeed(held, undefined)),
+          Deferred.await(release)
+        )))
+        yield* Deferred.await(held)
+        const recorded = yield* Effect.either(Effect.timeout(
+          queue.recordFailureBatch(epoch, [
+            { messageId: "a", attempts: 1, lastError: "boom", notBefore: 1_000 },
+            { messageId: "b", attempts: 2, lastError: "boom", notBefore: 2_000 }
+          ]),
+          Duration.seconds(5)
+        ))
+        yield* Deferred.succeed(release, undefined)
+        expect(recorded._tag).toBe("Right")
+        expect((yield* queue.load).state.pending.map((entry) => [entry.messageId, entry.attempts, entry.notBefore]))
+          .toEqual([["a", 1, 1_000], ["b", 2, 2_000]])
       }))
 
     it.scopedLive("a queue's backlog signal keeps working when another queue of the prefix stops listening", () =>

@@ -14,6 +14,7 @@
  * fold is worked on the next microtask, outside the fold.
  */
 import { Effect, Either, Exit } from "effect"
+import type { Fiber } from "effect"
 import type { ProduceError } from "../Controller/internal/ProducerCalls.js"
 import { PendingAnswer } from "../Controller/internal/ProducerCalls.js"
 import type { Answer } from "../Controller/internal/ProducerCalls.js"
@@ -60,23 +61,35 @@ export interface Ingress {
 
 type Resume<A, E> = (exit: Exit.Exit<A, E>) => void
 
+/**
+ * A waiting caller's fiber, once it waits. A wait registers no interruption handler (see
+ * `awaitEntry`): a caller counts as gone once its fiber has ended.
+ */
+class Waiting {
+  fiber: Fiber.RuntimeFiber<unknown, unknown> | undefined = undefined
+
+  get cancelled(): boolean {
+    return this.fiber !== undefined && this.fiber.unsafePoll() !== null
+  }
+}
+
 /** A sender's items: `next` of them were handed to the controller, `results` answered. */
-class SendEntry {
+class SendEntry extends Waiting {
   readonly _tag = "Send"
   next = 0
   results: Array<Stored> = []
   resume: Resume<ReadonlyArray<Stored>, SendError> | undefined = undefined
   exit: Exit.Exit<ReadonlyArray<Stored>, SendError> | undefined = undefined
-  cancelled = false
-  constructor(readonly items: ReadonlyArray<ProduceItem>) {}
+  constructor(readonly items: ReadonlyArray<ProduceItem>) {
+    super()
+  }
 }
 
 /** A `requestNext` caller. */
-class GrantEntry {
+class GrantEntry extends Waiting {
   readonly _tag = "Grant"
   resume: Resume<RequestNext, EndpointClosed> | undefined = undefined
   exit: Exit.Exit<RequestNext, EndpointClosed> | undefined = undefined
-  cancelled = false
 }
 
 type Entry = SendEntry | GrantEntry
@@ -105,10 +118,14 @@ const isStale = (error: ProduceError) => error._tag === "ProducerContractError" 
 const refusedId = (error: ProduceError): string | undefined =>
   error._tag === "FrameTooLarge" || error._tag === "MessageRejected" ? error.messageId : undefined
 
+/** Below this many waiting callers the line never looks for callers who went away. */
+const MinPruneAt = 1024
+
 /** The line of waiting callers: its head is served first. */
 class Line {
   private readonly entries: Array<Entry> = []
   private head = 0
+  private pruneAt = MinPruneAt
 
   get size(): number {
     return this.entries.length - this.head
@@ -128,6 +145,20 @@ class Line {
       this.entries.splice(0, this.head)
       this.head = 0
     }
+  }
+
+  /**
+   * Drops the entries of callers who went away before any of their items was handed out, once
+   * the line has doubled since the last look: what waits stays within about twice the callers
+   * still there.
+   */
+  prune(): void {
+    if (this.size < this.pruneAt) return
+    const kept = this.entries.slice(this.head).filter((entry) => !(entry.cancelled && (entry._tag === "Grant" || entry.next === 0)))
+    this.entries.length = 0
+    this.entries.push(...kept)
+    this.head = 0
+    this.pruneAt = Math.max(MinPruneAt, 2 * kept.length)
   }
 
   /** Takes a waiting entry out of the line, wherever it is. */
@@ -158,16 +189,20 @@ const finish = <A, E>(entry: { resume: Resume<A, E> | undefined; exit: Exit.Exit
   resume?.(exit)
 }
 
-/** Waits for an entry's exit: at once when the pump already settled it. */
-const awaitEntry = <A, E>(entry: { resume: Resume<A, E> | undefined; exit: Exit.Exit<A, E> | undefined; cancelled: boolean }) =>
-  entry.exit !== undefined ? entry.exit : Effect.async<A, E>((resume) => {
-    if (entry.exit !== undefined) return resume(entry.exit)
-    entry.resume = resume
-    return Effect.sync(() => {
-      entry.cancelled = true
-      entry.resume = undefined
-    })
-  })
+/**
+ * Waits for an entry's exit: at once when the pump already settled it. The wait registers no
+ * interruption handler: an `Effect.async` that returns a canceler is wrapped in `onInterrupt` on
+ * every wait, and in a busy flow that machinery lived long enough to be promoted to the old
+ * generation (see `Signal`). An interrupted caller's fiber ends, and its entry then counts as
+ * cancelled: the pump skips it, and `Line.prune` drops such entries as the line grows.
+ */
+const awaitEntry = <A, E>(entry: Waiting & { resume: Resume<A, E> | undefined; exit: Exit.Exit<A, E> | undefined }) =>
+  entry.exit !== undefined ? entry.exit : Effect.withFiberRuntime<A, E>((fiber) =>
+    Effect.async<A, E>((resume) => {
+      if (entry.exit !== undefined) return resume(entry.exit)
+      entry.fiber = fiber
+      entry.resume = resume
+    }))
 
 class IngressQueue implements Ingress {
   private readonly line = new Line()
@@ -193,6 +228,7 @@ class IngressQueue implements Ingress {
   readonly send = (items: ReadonlyArray<ProduceItem>): Effect.Effect<ReadonlyArray<Stored>, SendError> => {
     if (this.closed) return Exit.fail(this.closedError())
     const entry = new SendEntry(items)
+    this.line.prune()
     this.line.push(entry)
     this.pump()
     return awaitEntry(entry)
@@ -201,6 +237,7 @@ class IngressQueue implements Ingress {
   readonly requestNext: Effect.Effect<RequestNext, EndpointClosed> = Effect.suspend(() => {
     if (this.closed) return Exit.fail(this.closedError())
     const entry = new GrantEntry()
+    this.line.prune()
     this.line.push(entry)
     this.pump()
     return awaitEntry(entry)

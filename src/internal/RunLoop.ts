@@ -22,6 +22,7 @@ import type { EndpointClosed } from "../Protocol/Errors.js"
 import type { EndpointMetrics } from "../Observability/Metrics.js"
 import * as Tracing from "../Observability/Tracing.js"
 import { drainWithin } from "./DrainBound.js"
+import { LoopTaker } from "./Handoff.js"
 import type { Handoff } from "./Handoff.js"
 import * as HandlerFailures from "./HandlerFailures.js"
 
@@ -88,6 +89,17 @@ const tracedAttempts = <E, R>(
   }
 }
 
+/**
+ * Runs `self` again and again. `Effect.forever` yields to the scheduler after every round, which
+ * here would cost a scheduler task (and, every few thousand, a timer's wait) per delivery even
+ * when the next delivery is ready at once; the fiber runtime still yields on its own after a few
+ * thousand operations, so other fibers are not starved.
+ */
+const repeatWithoutYield = <E, R>(self: Effect.Effect<void, E, R>): Effect.Effect<never, E, R> => {
+  const loop: Effect.Effect<never, E, R> = Effect.flatMap(self, () => loop)
+  return loop
+}
+
 export const make = <A, E, R, R2>(
   handoff: Handoff<Delivery<A>>,
   handler: (delivery: Delivery<A>) => Effect.Effect<void, E, R>,
@@ -96,6 +108,7 @@ export const make = <A, E, R, R2>(
   onFailure: HandlerFailures.OnFailure<A, E, R2> | undefined
 ): RunLoop<R | R2> => {
   let busy = false
+  const taker = new LoopTaker<Delivery<A>>()
   let stopping = false
   // The delivery the handler is working on (one at a time: the loop is sequential).
   let current: Delivery<A> | undefined
@@ -165,6 +178,7 @@ export const make = <A, E, R, R2>(
   const traced = tracedAttempts(policy.endpoint, continuations)
 
   const process = (delivery: Delivery<A>): Effect.Effect<void, never, R | R2> => {
+    taker.received()
     busy = true
     current = delivery
     const trace = (delivery as Partial<ControllerDelivery<A>>).trace
@@ -172,18 +186,21 @@ export const make = <A, E, R, R2>(
     return trace === undefined ? Effect.matchCauseEffect(attempt, continuations) : traced.process(delivery, trace, attempt)
   }
 
-  const step: Effect.Effect<void, EndpointClosed, R | R2> = Effect.suspend(() => stopping ? Effect.interrupt : Effect.flatMap(handoff.take(), process))
+  const step: Effect.Effect<void, EndpointClosed, R | R2> = Effect.suspend(() => stopping ? Effect.interrupt : Effect.flatMap(handoff.takeAs(taker), process))
 
-  // An interrupted loop gives the delivery it was working on back (once per loop, not per delivery).
+  // An interrupted loop gives back the delivery it was working on, and one put to it that it
+  // never received (once per loop, not per delivery).
   const givenBack = Effect.sync(() => {
     traced.interrupted()
+    const lost = handoff.leave(taker)
+    if (lost !== undefined) release(lost)
     if (!busy) return
     busy = false
     release(current!)
   })
 
   return {
-    run: Effect.onInterrupt(Effect.forever(step), () => givenBack) as Effect.Effect<never, EndpointClosed, R | R2>,
+    run: Effect.onInterrupt(repeatWithoutYield(step), () => givenBack) as Effect.Effect<never, EndpointClosed, R | R2>,
     stop: (fiber, drainTimeout) =>
       Effect.suspend(() => {
         stopping = true

@@ -99,10 +99,18 @@ const endToEndLatencies = (metrics: Metrics.EndpointMetrics, clock: Clock.Clock,
     const at = clock.unsafeCurrentTimeMillis()
     for (let seq = earlier.confirmedSeq + 1; seq <= binding.confirmedSeq; seq++) {
       const sent = earlier.unconfirmed.at(seq - earlier.confirmedSeq - 1)
-      if (sent === undefined || earlier.settled.has(seq)) continue
-      metrics.endToEndLatency.observe(Math.max(0, at - sent.job.at))
-      if (spans !== undefined && sent.job.trace !== undefined) spans(sent.job.trace, sent.job.messageId, sent.job.at)
+      if (sent !== undefined && !earlier.settled.has(seq)) metrics.endToEndLatency.observe(Math.max(0, at - sent.job.at))
     }
+    // Checked once per binding's batch, not per job: untraced controllers have no `spans`.
+    if (spans !== undefined) confirmedSpans(spans, earlier, binding.confirmedSeq)
+  }
+}
+
+/** Records the confirmed jobs' spans in their senders' traces. */
+const confirmedSpans = (spans: Tracing.ConfirmedSpans, earlier: Machine.WorkState["bindings"][number], upTo: number) => {
+  for (let seq = earlier.confirmedSeq + 1; seq <= upTo; seq++) {
+    const job = earlier.unconfirmed.at(seq - earlier.confirmedSeq - 1)?.job
+    if (job !== undefined && job.trace !== undefined && !earlier.settled.has(seq)) spans(job.trace, job.messageId, job.at)
   }
 }
 

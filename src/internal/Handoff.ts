@@ -67,6 +67,13 @@ export class Handoff<D> {
     })
   }
 
+  /** The next delivery when one is ready (it is then held), without waiting. */
+  takeReady(): D | undefined {
+    if (this.ready.length === 0) return undefined
+    this.held++
+    return this.ready.shift()
+  }
+
   /** As `take`, for a loop that calls `leave` when it stops instead of a handler on every wait. */
   takeAs(taker: LoopTaker<D>): Effect.Effect<D, EndpointClosed> {
     const now = this.takeNow()
@@ -118,10 +125,8 @@ export class Handoff<D> {
 
   /** A ready delivery or the closed error, as an `Exit`; undefined when the caller must wait. */
   private takeNow(): Exit.Exit<D, EndpointClosed> | undefined {
-    if (this.ready.length > 0) {
-      this.held++
-      return Exit.succeed(this.ready.shift()!)
-    }
+    const ready = this.takeReady()
+    if (ready !== undefined) return Exit.succeed(ready)
     return this.closed === undefined ? undefined : Exit.fail(this.closed)
   }
 

@@ -55,8 +55,11 @@ const tracedAttempts = <E, R>(
   endpoint: string,
   continuations: {
     readonly onFailure: (cause: Cause.Cause<E>) => Effect.Effect<void, never, R>
-    readonly onSuccess: () => Effect.Effect<void>
-  }
+    readonly onSuccess: () => Effect.Effect<void, never, R>
+  },
+  /** Confirms the delivery in flight; then `next` goes on to the next one. */
+  confirm: () => void,
+  next: () => Effect.Effect<void, never, R>
 ) => {
   let span: Tracing.OpenSpan | undefined
   const end = (exit: Exit.Exit<unknown, unknown>) => {
@@ -69,10 +72,10 @@ const tracedAttempts = <E, R>(
       end(Exit.failCause(cause))
       return continuations.onFailure(cause)
     },
-    onSuccess: (): Effect.Effect<void> => {
-      span?.child(Tracing.SpanNames.confirm, continuations.onSuccess)
+    onSuccess: (): Effect.Effect<void, never, R> => {
+      span?.child(Tracing.SpanNames.confirm, confirm)
       end(Exit.void)
-      return Effect.void
+      return next()
     }
   }
   return {
@@ -100,6 +103,17 @@ const repeatWithoutYield = <E, R>(self: Effect.Effect<void, E, R>): Effect.Effec
   return loop
 }
 
+/** A handler's attempt, failing with `HandlerTimeout` when the policy sets a time limit. */
+const withTimeout = <A, E, R>(policy: FailurePolicy, delivery: Delivery<A>, attempt: Effect.Effect<void, E, R>): Effect.Effect<void, E | HandlerTimeout, R> => {
+  const timeout = policy.handlerTimeout
+  if (timeout === undefined) return attempt
+  return Effect.timeoutFail(attempt, {
+    duration: timeout,
+    onTimeout: () =>
+      new HandlerTimeout({ endpointName: policy.endpoint, messageId: delivery.messageId, attempt: delivery.attempt, timeoutMs: Duration.toMillis(timeout) })
+  })
+}
+
 export const make = <A, E, R, R2>(
   handoff: Handoff<Delivery<A>>,
   handler: (delivery: Delivery<A>) => Effect.Effect<void, E, R>,
@@ -113,15 +127,7 @@ export const make = <A, E, R, R2>(
   // The delivery the handler is working on (one at a time: the loop is sequential).
   let current: Delivery<A> | undefined
 
-  const attemptOf = (delivery: Delivery<A>): Effect.Effect<void, E | HandlerTimeout, R> => {
-    const timeout = policy.handlerTimeout
-    if (timeout === undefined) return handler(delivery)
-    return Effect.timeoutFail(handler(delivery), {
-      duration: timeout,
-      onTimeout: () =>
-        new HandlerTimeout({ endpointName: policy.endpoint, messageId: delivery.messageId, attempt: delivery.attempt, timeoutMs: Duration.toMillis(timeout) })
-    })
-  }
+  const attemptOf = (delivery: Delivery<A>) => withTimeout(policy, delivery, handler(delivery))
 
   const decide = (delivery: Delivery<A>, cause: Cause.Cause<E | HandlerTimeout>, delay: Option.Option<Duration.Duration>) => {
     const decision = HandlerFailures.defaultDecision(delivery.attempt, policy.maxAttempts, delay)
@@ -166,16 +172,30 @@ export const make = <A, E, R, R2>(
       return yield* process((delivery as ControllerDelivery<A>).withAttempt(delivery.attempt + 1))
     })
 
+  const confirmCurrentNow = () => {
+    busy = false
+    confirmNow(current!)
+  }
+
   const continuations = {
     onFailure: (cause: Cause.Cause<E | HandlerTimeout>): Effect.Effect<void, never, R | R2> => failed(current!, cause),
-    onSuccess: (): Effect.Effect<void> => {
-      busy = false
-      confirmNow(current!)
-      return Effect.void
+    onSuccess: (): Effect.Effect<void, never, R | R2> => {
+      confirmCurrentNow()
+      return nextReady()
     }
   }
 
-  const traced = tracedAttempts(policy.endpoint, continuations)
+  /**
+   * The confirmation's fold usually hands out the next delivery at once: it is processed in this
+   * same continuation, so a busy loop costs no loop step per delivery.
+   */
+  const nextReady = (): Effect.Effect<void, never, R | R2> => {
+    if (stopping) return Effect.void
+    const next = handoff.takeReady()
+    return next === undefined ? Effect.void : process(next)
+  }
+
+  const traced = tracedAttempts(policy.endpoint, continuations, confirmCurrentNow, nextReady)
 
   const process = (delivery: Delivery<A>): Effect.Effect<void, never, R | R2> => {
     taker.received()

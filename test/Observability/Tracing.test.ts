@@ -234,4 +234,25 @@ describe("traces across the wire", () => {
       expectStoresUnderSends(exporter, ["j-0", "j-1", "j-2", "j-3"])
     }).pipe(Effect.provide(memorySystem()), Effect.provide(tracing(exporter)))
   })
+
+  it.scoped("without a tracer, or with tracing switched off for the sender, a message carries no trace context", () => {
+    const exporter = new InMemorySpanExporter()
+    const flow = (switchedOff: boolean) =>
+      Effect.gen(function*() {
+        const producer = yield* Producer.make({ name: "out", consumer: "in", payload: Order })
+        const consumer = yield* Consumer.make({ name: "in", producer: "out", payload: Order })
+        const traces: Array<string | undefined> = []
+        yield* Effect.forkScoped(Stream.runForEach(consumer.deliveries, (delivery) =>
+          Effect.zipRight(Effect.sync(() => void traces.push((delivery as { readonly trace?: string }).trace)), delivery.confirm)))
+        yield* settle
+        yield* producer.send({ index: 0 }).pipe(Effect.withTracerEnabled(!switchedOff))
+        yield* advanceUntil(() => traces.length === 1, 10, 10_000)
+        return traces
+      }).pipe(Effect.scoped, Effect.provide(memorySystem()))
+    return Effect.gen(function*() {
+      expect(yield* flow(false)).toEqual([undefined])
+      expect(yield* Effect.provide(flow(true), tracing(exporter))).toEqual([undefined])
+      expect(named(exporter, SpanNames.send)).toEqual([])
+    })
+  })
 })

@@ -234,16 +234,23 @@ const sender = <A>(
     return Effect.onExit(sent, () => Effect.sync(() => metrics.sendLatency.observe(now() - start)))
   }
 
+  const sendOne = (payload: A, options: SendOptions | undefined, span: Tracer.Span | undefined): Effect.Effect<Stored, SendError> => {
+    if (closed()) return closedError()
+    const item = encode(payload, options?.messageId)
+    if (Either.isLeft(item)) return Exit.fail(item.left)
+    const sent = submit([span === undefined ? item.right : Tracing.tracedItem(item.right, span)])
+    if (!Exit.isExit(sent)) return Effect.map(sent, (stored) => stored[0])
+    const settled = sent as Exit.Exit<ReadonlyArray<Stored>, SendError>
+    return Exit.isSuccess(settled) ? Exit.succeed(settled.value[0]) : settled as Exit.Exit<never, SendError>
+  }
+
+  // The hot path: untraced, a call allocates what an `Effect.suspend` would (one closure).
   const send = (payload: A, options?: SendOptions): Effect.Effect<Stored, SendError> =>
-    Tracing.withSendSpan(Tracing.SpanNames.send, spanAttributes, (span) => {
-      if (closed()) return closedError()
-      const item = encode(payload, options?.messageId)
-      if (Either.isLeft(item)) return Exit.fail(item.left)
-      const sent = submit([span === undefined ? item.right : Tracing.tracedItem(item.right, span)])
-      if (!Exit.isExit(sent)) return Effect.map(sent, (stored) => stored[0])
-      const settled = sent as Exit.Exit<ReadonlyArray<Stored>, SendError>
-      return Exit.isSuccess(settled) ? Exit.succeed(settled.value[0]) : settled as Exit.Exit<never, SendError>
-    })
+    Effect.withFiberRuntime((fiber) =>
+      Tracing.isTracing(fiber)
+        ? Tracing.inSpan(fiber, Tracing.SpanNames.send, "producer", spanAttributes, (span) => sendOne(payload, options, span))
+        : sendOne(payload, options, undefined)
+    )
 
   const sendAll = (messages: Iterable<Message<A>>): Effect.Effect<ReadonlyArray<Stored>, SendError> =>
     Tracing.withSendSpan(Tracing.SpanNames.send, spanAttributes, (span) => {
@@ -279,7 +286,7 @@ const enqueuer = <A>(
   /** The backlog requests, stamped `at`; a sampled sender's trace context is kept with each, and travels on from there. */
   const requestsOf = (items: ReadonlyArray<ProduceItem>, at: number, span: Tracer.Span | undefined): Array<EnqueueRequest> =>
     items.map((item) => {
-      const trace = span === undefined ? undefined : Tracing.tracedItem(item, span).trace
+      const trace = span === undefined ? undefined : Tracing.messageTrace(span, item.messageId)
       return trace === undefined ? { messageId: item.messageId, payload: item.payload, at } : { messageId: item.messageId, payload: item.payload, at, trace }
     })
 
@@ -378,17 +385,26 @@ export const make = <A, C extends EndpointController<A>>(
     })
 
     const closedError = () => Exit.fail(new EndpointClosed({ name: record.name }))
+    const spanAttributes = { "effect_reliable.endpoint": record.name }
     const { send, sendAll } = sender(record.name, encode, ingress, metrics, () => clock.unsafeCurrentTimeMillis(), () => closed)
 
     const { enqueue, enqueueAll } = enqueuer(record.name, codec, backlog, () => clock.unsafeCurrentTimeMillis(), () => closed)
 
+    const produceOne = (produced: Produced<A>, span: Tracer.Span | undefined): Effect.Effect<Stored, SendError> => {
+      if (closed) return closedError()
+      const controller = controllerOf(produced.grant) ?? lifecycle.current()
+      if (controller === undefined) return Effect.die(new Error("producer endpoint has no controller"))
+      const trace = span === undefined ? undefined : Tracing.messageTrace(span, produced.messageId)
+      return controller.produce(produced.grant, produced.messageId, produced.payload, trace)
+    }
+
+    // The contract's send: in a span like `send`, its message carrying the span's trace context.
     const produce = (produced: Produced<A>): Effect.Effect<Stored, SendError> =>
-      Effect.suspend((): Effect.Effect<Stored, SendError> => {
-        if (closed) return closedError()
-        const controller = controllerOf(produced.grant) ?? lifecycle.current()
-        if (controller === undefined) return Effect.die(new Error("producer endpoint has no controller"))
-        return controller.produce(produced.grant, produced.messageId, produced.payload)
-      })
+      Effect.withFiberRuntime((fiber) =>
+        Tracing.isTracing(fiber)
+          ? Tracing.inSpan(fiber, Tracing.SpanNames.produce, "producer", spanAttributes, (span) => produceOne(produced, span))
+          : produceOne(produced, undefined)
+      )
 
     const storedAck = (ack: StoredAck): Effect.Effect<void, ProducerContractError | EndpointClosed> =>
       Effect.suspend((): Effect.Effect<void, ProducerContractError | EndpointClosed> => {

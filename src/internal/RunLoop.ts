@@ -10,7 +10,7 @@
  * The success path allocates nothing per delivery (its continuations are made once per loop):
  * it is the hot path of every consumer.
  */
-import { Cause, Duration, Effect, Fiber, Option } from "effect"
+import { Cause, Duration, Effect, Exit, Fiber, FiberId, Option } from "effect"
 import type { Schedule } from "effect"
 import type { ControllerDelivery } from "../Controller/internal/ControllerDelivery.js"
 import { confirmNow } from "../Controller/internal/ControllerDelivery.js"
@@ -47,16 +47,50 @@ export interface RunLoop<R> {
 }
 
 /**
- * A traced delivery's attempt, in a span whose parent is the sender's span, followed on success
- * by its confirmation in a span inside that one: the trace goes send -> deliver -> confirm.
+ * A traced delivery's attempt runs in a span under its sender's span and confirms in a span
+ * inside that one: the trace goes send -> deliver -> confirm. A loop has one delivery in flight,
+ * so one span at a time. Without a tracer here the attempt runs as an untraced one.
  */
-const traced = <A, E, R>(endpoint: string, delivery: Delivery<A>, trace: string, attempt: Effect.Effect<void, E, R>, confirm: Effect.Effect<void>) =>
-  Tracing.withRemoteParent(
-    Tracing.SpanNames.deliver,
-    trace,
-    { "effect_reliable.endpoint": endpoint, "messaging.message.id": delivery.messageId, "effect_reliable.attempt": delivery.attempt },
-    Effect.zipRight(attempt, Effect.withSpan(confirm, Tracing.SpanNames.confirm))
-  )
+const tracedAttempts = <E, R>(
+  endpoint: string,
+  continuations: {
+    readonly onFailure: (cause: Cause.Cause<E>) => Effect.Effect<void, never, R>
+    readonly onSuccess: () => Effect.Effect<void, never, R>
+  },
+  /** Confirms the delivery in flight; then `next` goes on to the next one. */
+  confirm: () => void,
+  next: () => Effect.Effect<void, never, R>
+) => {
+  let span: Tracing.OpenSpan | undefined
+  const end = (exit: Exit.Exit<unknown, unknown>) => {
+    const open = span
+    span = undefined
+    open?.end(exit)
+  }
+  const inSpan = {
+    onFailure: (cause: Cause.Cause<E>): Effect.Effect<void, never, R> => {
+      end(Exit.failCause(cause))
+      return continuations.onFailure(cause)
+    },
+    onSuccess: (): Effect.Effect<void, never, R> => {
+      span?.child(Tracing.SpanNames.confirm, confirm)
+      end(Exit.void)
+      return next()
+    }
+  }
+  return {
+    process: <A, R1>(delivery: Delivery<A>, trace: string, attempt: Effect.Effect<void, E, R1>): Effect.Effect<void, never, R | R1> =>
+      Effect.withFiberRuntime((fiber) => {
+        span = Tracing.isTracing(fiber)
+          ? Tracing.openRemoteChild(fiber, Tracing.SpanNames.deliver, trace, Tracing.deliveryAttributes(endpoint, delivery))
+          : undefined
+        if (span === undefined) return Effect.matchCauseEffect(attempt, continuations)
+        return Effect.matchCauseEffect(Effect.withParentSpan(attempt, span.span), inSpan)
+      }),
+    /** The loop was interrupted: the span of the attempt in flight ends so. */
+    interrupted: () => end(Exit.interrupt(FiberId.none))
+  }
+}
 
 /**
  * Runs `self` again and again. `Effect.forever` yields to the scheduler after every round, which
@@ -161,17 +195,15 @@ export const make = <A, E, R, R2>(
     return next === undefined ? Effect.void : process(next)
   }
 
-  // A traced delivery confirms inside its span (see `traced`).
-  const tracedContinuations = { onFailure: continuations.onFailure, onSuccess: nextReady }
-  const confirmCurrent = Effect.sync(confirmCurrentNow)
+  const traced = tracedAttempts(policy.endpoint, continuations, confirmCurrentNow, nextReady)
 
   const process = (delivery: Delivery<A>): Effect.Effect<void, never, R | R2> => {
     taker.received()
     busy = true
     current = delivery
     const trace = (delivery as Partial<ControllerDelivery<A>>).trace
-    if (trace === undefined) return Effect.matchCauseEffect(attemptOf(delivery), continuations)
-    return Effect.matchCauseEffect(traced(policy.endpoint, delivery, trace, attemptOf(delivery), confirmCurrent), tracedContinuations)
+    const attempt = attemptOf(delivery)
+    return trace === undefined ? Effect.matchCauseEffect(attempt, continuations) : traced.process(delivery, trace, attempt)
   }
 
   const step: Effect.Effect<void, EndpointClosed, R | R2> = Effect.suspend(() => stopping ? Effect.interrupt : Effect.flatMap(handoff.takeAs(taker), process))
@@ -179,6 +211,7 @@ export const make = <A, E, R, R2>(
   // An interrupted loop gives back the delivery it was working on, and one put to it that it
   // never received (once per loop, not per delivery).
   const givenBack = Effect.sync(() => {
+    traced.interrupted()
     const lost = handoff.leave(taker)
     if (lost !== undefined) release(lost)
     if (!busy) return

@@ -185,7 +185,7 @@ export interface ShellOptions<S, Ev, Act extends { readonly _tag: string }, A> {
 export interface ProducerSide<A> {
   readonly address: ControllerAddress
   readonly running: () => boolean
-  readonly produce: (grant: RequestNext, messageId: string, payload: A) => Effect.Effect<Stored, ProducerCalls.ProduceError>
+  readonly produce: ProducerCalls.Calls<A>["produce"]
   readonly storedAck: ProducerCalls.Calls<A>["storedAck"]
   readonly ackAll: (token: string) => void
   readonly submit: ProducerCalls.Calls<A>["submit"]

@@ -227,6 +227,8 @@ class IngressQueue implements Ingress {
 
   readonly send = (items: ReadonlyArray<ProduceItem>): Effect.Effect<ReadonlyArray<Stored>, SendError> => {
     if (this.closed) return Exit.fail(this.closedError())
+    const alone = this.line.size === 0 ? this.sendAlone(items) : undefined
+    if (alone !== undefined) return alone
     const entry = new SendEntry(items)
     this.line.prune()
     this.line.push(entry)
@@ -344,11 +346,15 @@ class IngressQueue implements Ingress {
     if (this.pumping || this.closed) return
     this.pumping = true
     try {
-      while (!this.inFlight && this.grant !== undefined && this.liveHead()) {
-        if (this.serveHead()) return
-      }
+      this.serveLine()
     } finally {
       this.pumping = false
+    }
+  }
+
+  private serveLine(): void {
+    while (!this.inFlight && this.grant !== undefined && this.liveHead()) {
+      if (this.serveHead()) return
     }
   }
 
@@ -373,7 +379,40 @@ class IngressQueue implements Ingress {
     }
     if (handshake._tag !== "Granted" || handshake.grant.token !== taken.token) return false
     const batch = this.collect(controller.freeDemand())
-    const answer = controller.submit(taken, batch.items)
+    return this.submitted(batch, taken, controller, controller.submit(taken, batch.items))
+  }
+
+  /**
+   * The everyday case of a lone sender: nobody waits, the grant is in hand and covers every item,
+   * and a volatile controller answers at once: the answer goes straight back, with no entry in
+   * line and no batch. Undefined when the sender must join the line (nothing was submitted);
+   * any other answer is handled as the pump handles it.
+   */
+  private sendAlone(items: ReadonlyArray<ProduceItem>): Effect.Effect<ReadonlyArray<Stored>, SendError> | undefined {
+    const taken = this.grant
+    if (taken === undefined || this.pumping || this.inFlight || this.isolate > 0) return undefined
+    const controller = this.options.controllerOf(taken)
+    if (controller === undefined || !controller.running()) return undefined
+    const handshake = controller.handshake()
+    if (handshake._tag !== "Granted" || handshake.grant.token !== taken.token) return undefined
+    if (items.length > Math.max(1, Math.min(this.options.maxBatch, controller.freeDemand()))) return undefined
+    this.grant = undefined
+    const answer = controller.submit(taken, items)
+    if (!(answer instanceof PendingAnswer) && Either.isRight(answer)) return Exit.succeed(answer.right)
+    const entry = new SendEntry(items)
+    entry.next = items.length
+    this.line.push(entry)
+    this.pumping = true
+    try {
+      if (!this.submitted({ items, parts: [{ entry, offset: 0, count: items.length }] }, taken, controller, answer)) this.serveLine()
+    } finally {
+      this.pumping = false
+    }
+    return awaitEntry(entry)
+  }
+
+  /** After a batch went to the controller: settles an answer given at once (false), or waits for it (true). */
+  private submitted(batch: Batch, taken: RequestNext, controller: IngressController, answer: Answer | PendingAnswer): boolean {
     if (!(answer instanceof PendingAnswer)) {
       this.settle(batch, taken, controller, answer)
       return false

@@ -7,7 +7,7 @@
  * one page of a long backlog.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Either, Exit, Fiber, Layer, Logger, LogLevel, Schema, Scope, Stream, TestClock } from "effect"
+import { Deferred, Effect, Either, Exit, Fiber, Layer, Logger, LogLevel, Option, Schema, Scope, Stream, TestClock } from "effect"
 import * as Consumer from "../src/Consumer.js"
 import type { DurableProducerQueueService, EnqueueRequest } from "../src/DurableQueue/DurableProducerQueue.js"
 import * as MemoryProducerQueue from "../src/DurableQueue/MemoryProducerQueue.js"
@@ -80,8 +80,9 @@ describe("enqueue: point-to-point", () => {
       expect(results.map((result) => result.messageId)).toEqual(Array.from({ length: 200 }, (_, id) => `order-${id % 150}`))
       expect(results.filter((result) => result.alreadyStored).length).toBe(50)
       expect(calls.reduce((sum, size) => sum + size, 0)).toBe(200)
-      // The first caller goes alone; everyone who came meanwhile shares the next transaction.
-      expect(calls.length).toBeLessThanOrEqual(3)
+      // The first caller goes alone, the second beside it (two transactions run at once); everyone
+      // who came meanwhile shares the next ones.
+      expect(calls.length).toBeLessThanOrEqual(4)
       const consumer = yield* Consumer.make({ name: "c", producer: "p", payload: Order })
       const done: Array<number> = []
       yield* collect(consumer, done)
@@ -184,6 +185,80 @@ describe("enqueue: point-to-point", () => {
       yield* Scope.close(producerScope, Exit.void)
       const closed = yield* Effect.either(producer.enqueue({ id: 9 }))
       expect(Either.isLeft(closed) && closed.left._tag).toBe("EndpointClosed")
+    }).pipe(Effect.provide(system()))))
+})
+
+/**
+ * A queue whose enqueue transactions wait for the test: each call is recorded with its ids and
+ * commits (into the memory queue) only when the test releases it.
+ */
+const gated = (inner: DurableProducerQueueService) => {
+  const calls: Array<{ readonly ids: ReadonlyArray<string>; readonly release: Deferred.Deferred<void> }> = []
+  const queue: DurableProducerQueueService = {
+    ...inner,
+    enqueue: (requests) =>
+      Effect.flatMap(Deferred.make<void>(), (release) => {
+        calls.push({ ids: requests.map((request) => request.messageId), release })
+        return Effect.zipRight(Deferred.await(release), inner.enqueue(requests))
+      })
+  }
+  return { queue, calls, release: (index: number) => Deferred.succeed(calls[index].release, undefined) }
+}
+
+describe("enqueue: pipelined group commit", () => {
+  it.scoped("the next group's transaction runs while one commits; each caller resolves only after its own commit", () =>
+    quiet(Effect.gen(function*() {
+      const inner = yield* MemoryProducerQueue.makeMemory
+      const { calls, queue, release } = gated(inner)
+      const producer = yield* Producer.make({ name: "p", consumer: "c", payload: Order, durableQueue: queue })
+      const a = yield* Effect.fork(producer.enqueue({ id: 1 }, { messageId: "a" }))
+      yield* TestClock.adjust("1 millis")
+      const b = yield* Effect.fork(producer.enqueue({ id: 2 }, { messageId: "b" }))
+      yield* TestClock.adjust("1 millis")
+      const c = yield* Effect.fork(producer.enqueue({ id: 3 }, { messageId: "c" }))
+      yield* TestClock.adjust("1 millis")
+      // a's transaction has not committed, and b's runs beside it; c waits for a free slot
+      expect(calls.map((call) => call.ids)).toEqual([["a"], ["b"]])
+      yield* release(1)
+      yield* TestClock.adjust("1 millis")
+      expect((yield* Fiber.join(b)).messageId).toBe("b")
+      expect(yield* Fiber.poll(a)).toEqual(Option.none())
+      // b's slot went to c, while a still commits
+      expect(calls.map((call) => call.ids)).toEqual([["a"], ["b"], ["c"]])
+      expect(yield* Fiber.poll(c)).toEqual(Option.none())
+      yield* release(0)
+      yield* release(2)
+      expect((yield* Fiber.join(a)).messageId).toBe("a")
+      expect((yield* Fiber.join(c)).messageId).toBe("c")
+      expect((yield* inner.backlog(10)).map((entry) => entry.messageId)).toEqual(["b", "a", "c"])
+    }).pipe(Effect.provide(system()))))
+
+  it.scoped("a caller's id that a running transaction holds waits for it (first write wins, no two writes of one id at once)", () =>
+    quiet(Effect.gen(function*() {
+      const { calls, queue, release } = gated(yield* MemoryProducerQueue.makeMemory)
+      const producer = yield* Producer.make({ name: "p", consumer: "c", payload: Order, durableQueue: queue })
+      const first = yield* Effect.fork(producer.enqueue({ id: 1 }, { messageId: "x" }))
+      yield* TestClock.adjust("1 millis")
+      const again = yield* Effect.fork(producer.enqueue({ id: 2 }, { messageId: "x" }))
+      yield* TestClock.adjust("1 millis")
+      expect(calls.map((call) => call.ids)).toEqual([["x"]])
+      yield* release(0)
+      yield* TestClock.adjust("1 millis")
+      expect(calls.map((call) => call.ids)).toEqual([["x"], ["x"]])
+      yield* release(1)
+      expect((yield* Fiber.join(first)).alreadyStored).toBe(false)
+      expect((yield* Fiber.join(again)).alreadyStored).toBe(true)
+    }).pipe(Effect.provide(system()))))
+
+  it.scoped("one caller's sequential enqueues keep their order among many concurrent callers", () =>
+    quiet(Effect.gen(function*() {
+      const inner = yield* MemoryProducerQueue.makeMemory
+      const producer = yield* Producer.make({ name: "p", consumer: "c", payload: Order, durableQueue: inner })
+      const mine = Effect.forEach(Array.from({ length: 50 }, (_, id) => id), (id) => producer.enqueue({ id }, { messageId: `mine-${id}` }), { discard: true })
+      const others = Effect.forEach(Array.from({ length: 500 }, (_, id) => id), (id) => producer.enqueue({ id: 1000 + id }), { concurrency: "unbounded", discard: true })
+      yield* Effect.all([mine, others], { concurrency: "unbounded" })
+      const order = (yield* inner.backlog(1000)).map((entry) => entry.messageId).filter((id) => id.startsWith("mine-"))
+      expect(order).toEqual(Array.from({ length: 50 }, (_, id) => `mine-${id}`))
     }).pipe(Effect.provide(system()))))
 })
 

@@ -227,6 +227,24 @@ describe("Ingress", () => {
       expect(batches).toEqual([["b"]])
     }))
 
+  it.effect("senders who went away while no grant comes are dropped as the line grows: the line stays bounded", () =>
+    Effect.gen(function*() {
+      const { batches, ingress, offer } = scripted(script({ free: 10 }))
+      for (let round = 0; round < 5; round++) {
+        const gone = yield* senders(ingress, Array.from({ length: 1000 }, (_, index) => `gone-${round}-${index}`))
+        yield* settle
+        yield* Effect.forEach(gone, Fiber.interrupt, { discard: true })
+      }
+      const [last] = yield* senders(ingress, ["last"])
+      yield* settle
+      // Five thousand callers came and went; what is left of them stays within twice the live ones
+      // (at least the 1,024 below which the line never looks).
+      expect(ingress.waiting()).toBeLessThanOrEqual(2048)
+      offer()
+      yield* Fiber.join(last)
+      expect(batches).toEqual([["last"]])
+    }))
+
   it.effect("requestNext callers wait in the same line as senders", () =>
     Effect.gen(function*() {
       const { batches, ingress, offer } = scripted(script({ free: 10 }))

@@ -425,7 +425,7 @@ const handOut = (s: Draft, from: number, count: number, now: number, out: Out): 
     trace: last.trace,
     status: "Out"
   }
-  s.handedOut = [...s.handedOut, handed]
+  s.handedOut = s.handedOut.length === 0 ? [handed] : [...s.handedOut, handed]
   out.push(deliver(s, handed, from, false))
 }
 
@@ -460,6 +460,9 @@ const replace = (s: Draft, index: number, handed: HandOut): void => {
 
 /** The endpoint confirmed a delivery: it is done, and confirmed as soon as the earlier ones are. */
 const onConfirm = (s: Draft, id: number, now: number, out: Out): void => {
+  const head = s.handedOut[0]
+  // The usual case (always, for point-to-point): the oldest hand-out is confirmed; it need not be marked done first.
+  if (head !== undefined && head.id === id && head.status === "Out") return advance(s, now, out, 1)
   const found = find(s, (handed) => handed.id === id && handed.status === "Out")
   if (found === undefined) return
   replace(s, found.index, { ...s.handedOut[found.index], status: "Done" })
@@ -473,11 +476,12 @@ const onConfirm = (s: Draft, id: number, now: number, out: Out): void => {
  * leave it advertising part of its window until it next used half of it: a producer sizes its
  * grants, and a durable one its stores, by that demand, so a flow once off its rhythm (a failed
  * job retried on another worker, say) would go on with smaller stores. Then it hands out what
- * it can.
+ * it can. `confirmedHead` is 1 when the oldest hand-out was just confirmed without being marked
+ * done.
  */
-const advance = (s: Draft, now: number, out: Out): void => {
-  let done = 0
-  let seqs = 0
+const advance = (s: Draft, now: number, out: Out, confirmedHead = 0): void => {
+  let done = confirmedHead
+  let seqs = confirmedHead === 1 ? s.handedOut[0].count : 0
   while (done < s.handedOut.length && s.handedOut[done].status === "Done") seqs += s.handedOut[done++].count
   if (done > 0) {
     s.handedOut = s.handedOut.slice(done)

@@ -21,6 +21,7 @@ import * as ProducerShell from "./internal/ProducerShell.js"
 import type { SeqLog } from "./internal/SeqLog.js"
 import * as SnapshotPool from "./internal/SnapshotPool.js"
 import type * as Metrics from "../Observability/Metrics.js"
+import * as Tracing from "../Observability/Tracing.js"
 import * as Machine from "./ProducerMachine.js"
 
 export interface ProducerSettings {
@@ -143,12 +144,24 @@ const countsOf = (counters: ControllerCounters): ProducerShell.MetricCounts => (
   dropped: () => counters.dropped
 })
 
-/** Observes the end-to-end latency of confirmed entries: each message's time from its send to now. */
-const endToEndLatencies = (metrics: Metrics.EndpointMetrics, now: () => number) => (confirmed: SeqLog<Machine.OutboundEntry>, count: number) => {
+const isMessageEnd = (entry: Machine.OutboundEntry) => entry.message.chunk === undefined || entry.message.chunk.last
+
+/**
+ * Observes the end-to-end latency of confirmed entries (each message's time from its send to
+ * now) and, under a tracer, records their confirmations in their senders' traces.
+ */
+const endToEndLatencies = (metrics: Metrics.EndpointMetrics, now: () => number, spans: Tracing.ConfirmedSpans | undefined) =>
+(confirmed: SeqLog<Machine.OutboundEntry>, count: number) => {
   const at = now()
   for (let index = 0; index < count; index++) {
     const entry = confirmed.at(index)!
-    if (entry.message.chunk === undefined || entry.message.chunk.last) metrics.endToEndLatency.observe(Math.max(0, at - entry.at))
+    if (isMessageEnd(entry)) metrics.endToEndLatency.observe(Math.max(0, at - entry.at))
+  }
+  // Checked once per fold, not per message: untraced controllers have no `spans`.
+  if (spans === undefined) return
+  for (let index = 0; index < count; index++) {
+    const entry = confirmed.at(index)!
+    if (isMessageEnd(entry) && entry.message.trace !== undefined) spans(entry.message.trace, entry.message.messageId, entry.at)
   }
 }
 
@@ -179,7 +192,7 @@ export const make = <A>(
     let highestSent = 0
     const counters = { sent: 0, resent: 0, confirmed: 0, dropped: 0 }
     const clock = yield* Effect.clock
-    const observeConfirmed = endToEndLatencies(hooks.metrics, () => clock.unsafeCurrentTimeMillis())
+    const observeConfirmed = endToEndLatencies(hooks.metrics, () => clock.unsafeCurrentTimeMillis(), yield* Tracing.confirmedSpans(settings.endpoint))
 
     /**
      * The first `count` entries were just confirmed: their messages' snapshots go back to the pool.

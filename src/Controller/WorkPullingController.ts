@@ -17,6 +17,7 @@ import * as ProducerShell from "./internal/ProducerShell.js"
 import { ageOf } from "./ProducerController.js"
 import type { ProducerController, ProducerHooks } from "./ProducerController.js"
 import type * as Metrics from "../Observability/Metrics.js"
+import * as Tracing from "../Observability/Tracing.js"
 import * as WorkLane from "./WorkLane.js"
 import type { WorkPullingStats } from "./WorkPullingStats.js"
 import * as Machine from "./WorkPullingMachine.js"
@@ -86,9 +87,11 @@ export const oldestTimes = (state: Machine.WorkState): { readonly pending: numbe
 
 /**
  * Observes the end-to-end latency of the jobs each binding's worker just confirmed (not those it
- * settled another way): each job's time from its send to now.
+ * settled another way): each job's time from its send to now; under a tracer, records their
+ * confirmations in their senders' traces too.
  */
-const endToEndLatencies = (metrics: Metrics.EndpointMetrics, clock: Clock.Clock) => (before: Machine.WorkState, after: Machine.WorkState) => {
+const endToEndLatencies = (metrics: Metrics.EndpointMetrics, clock: Clock.Clock, spans: Tracing.ConfirmedSpans | undefined) =>
+(before: Machine.WorkState, after: Machine.WorkState) => {
   if (before.bindings === after.bindings) return
   for (const binding of after.bindings) {
     const earlier = before.bindings.find((candidate) => candidate.sessionId === binding.sessionId)
@@ -98,6 +101,16 @@ const endToEndLatencies = (metrics: Metrics.EndpointMetrics, clock: Clock.Clock)
       const sent = earlier.unconfirmed.at(seq - earlier.confirmedSeq - 1)
       if (sent !== undefined && !earlier.settled.has(seq)) metrics.endToEndLatency.observe(Math.max(0, at - sent.job.at))
     }
+    // Checked once per binding's batch, not per job: untraced controllers have no `spans`.
+    if (spans !== undefined) confirmedSpans(spans, earlier, binding.confirmedSeq)
+  }
+}
+
+/** Records the confirmed jobs' spans in their senders' traces. */
+const confirmedSpans = (spans: Tracing.ConfirmedSpans, earlier: Machine.WorkState["bindings"][number], upTo: number) => {
+  for (let seq = earlier.confirmedSeq + 1; seq <= upTo; seq++) {
+    const job = earlier.unconfirmed.at(seq - earlier.confirmedSeq - 1)?.job
+    if (job !== undefined && job.trace !== undefined && !earlier.settled.has(seq)) spans(job.trace, job.messageId, job.at)
   }
 }
 
@@ -187,7 +200,7 @@ export const make = <A>(
       durable: settings.durableQueue !== undefined
     }
     const counters = newCounters()
-    const observeConfirmed = endToEndLatencies(hooks.metrics, yield* Effect.clock)
+    const observeConfirmed = endToEndLatencies(hooks.metrics, yield* Effect.clock, yield* Tracing.confirmedSpans(settings.endpoint))
 
     const verify = (worker: ControllerAddress) =>
       Effect.map(system.lookup(worker.endpoint), (record) => verifyWorker(record, settings.endpoint, worker))

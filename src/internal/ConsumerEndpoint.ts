@@ -15,10 +15,12 @@
  * handlers in flight finish and confirms them (at most `drainTimeout`), then fails every waiting
  * and later call with `EndpointClosed`. Interrupting a `run` likewise lets its handlers finish.
  */
-import { Effect, Fiber, Stream } from "effect"
+import { Effect, Exit, Fiber, FiberId, Stream } from "effect"
 import type { Duration, Schedule, Schema, Scope } from "effect"
 import * as ConsumerController from "../Controller/ConsumerController.js"
 import type { ConsumerSettings, ConsumerStats } from "../Controller/ConsumerController.js"
+import { confirmNow } from "../Controller/internal/ControllerDelivery.js"
+import type { ControllerDelivery } from "../Controller/internal/ControllerDelivery.js"
 import type { Delivery } from "../Protocol/Contract.js"
 import * as Config from "../Protocol/Config.js"
 import { DeliveryDeadLettered } from "../Protocol/DeadLetter.js"
@@ -30,6 +32,7 @@ import type { SystemInternals } from "./SystemInternals.js"
 import type { EndpointKind } from "./EndpointRegistry.js"
 import { drainWithin } from "./DrainBound.js"
 import * as Metrics from "../Observability/Metrics.js"
+import * as Tracing from "../Observability/Tracing.js"
 import * as EndpointLifecycle from "./EndpointLifecycle.js"
 import { Handoff } from "./Handoff.js"
 import * as HandlerFailures from "./HandlerFailures.js"
@@ -217,36 +220,85 @@ const build = <A>(
         return yield* Effect.flatMap(Fiber.joinAll(fibers), () => Effect.never).pipe(Effect.onExit(() => stopAll))
       })
 
-    /** Confirms the message held when the next is pulled; gives it back when the stream ends. */
-    const stream: Stream.Stream<A, EndpointClosed> = Stream.unwrapScoped(Effect.gen(function*() {
-      let held: Delivery<A> | undefined
-      yield* Effect.addFinalizer(() =>
-        Effect.sync(() => {
-          if (held !== undefined) release(held)
-          held = undefined
-        })
-      )
-      const next = Effect.suspend(() => {
-        const handled = held
-        held = undefined
-        // Taken after the confirmation: its fold hands out the next delivery.
-        const taken = Effect.map(Effect.suspend(() => handoff.take()), (delivery) => {
-          held = delivery
-          return delivery.payload
-        })
-        return handled === undefined ? taken : Effect.zipRight(handled.confirm, taken)
-      })
-      return Stream.repeatEffect(next)
-    }))
+    const stream = payloadStream(handoff, release, settings.endpoint)
+    const deliveries = deliveryStream(handoff, settings.endpoint)
 
     return {
       name: settings.endpoint,
-      deliveries: Stream.repeatEffect(Effect.suspend(() => handoff.take())),
+      deliveries,
       stream,
       run,
       stats: Effect.sync(() => ({ ...(lifecycle.current()?.stats() ?? noStats), ...counted }))
     }
   })
+
+/**
+ * `stream`: confirms the message held when the next is pulled; gives it back when the stream
+ * ends. A traced message is in a span from its take to its confirmation.
+ */
+const payloadStream = <A>(handoff: Handoff<Delivery<A>>, release: (delivery: Delivery<A>) => void, endpoint: string): Stream.Stream<A, EndpointClosed> =>
+  Stream.unwrapScoped(Effect.gen(function*() {
+    let held: Delivery<A> | undefined
+    let heldSpan: Tracing.OpenSpan | undefined
+    yield* Effect.addFinalizer(() =>
+      Effect.sync(() => {
+        heldSpan?.end(Exit.interrupt(FiberId.none))
+        if (held !== undefined) release(held)
+        held = undefined
+        heldSpan = undefined
+      })
+    )
+    const next = Effect.withFiberRuntime<A, EndpointClosed>((fiber) => {
+      const handled = held
+      const span = heldSpan
+      held = undefined
+      heldSpan = undefined
+      // Taken after the confirmation: its fold hands out the next delivery.
+      const taken = Effect.map(Effect.suspend(() => handoff.take()), (delivery) => {
+        held = delivery
+        heldSpan = openTaken(fiber, endpoint, delivery)
+        return delivery.payload
+      })
+      if (handled === undefined) return taken
+      if (span === undefined) return Effect.zipRight(handled.confirm, taken)
+      confirmIn(span, handled)
+      return taken
+    })
+    return Stream.repeatEffect(next)
+  }))
+
+/** `deliveries`: as taken; a traced one is in a span from its take to its confirmation. */
+const deliveryStream = <A>(handoff: Handoff<Delivery<A>>, endpoint: string): Stream.Stream<Delivery<A>, EndpointClosed> =>
+  Stream.repeatEffect(Effect.withFiberRuntime<Delivery<A>, EndpointClosed>((fiber) => {
+    if (!Tracing.isTracing(fiber)) return handoff.take()
+    return Effect.map(handoff.take(), (delivery) => {
+      const span = openTaken(fiber, endpoint, delivery)
+      return span === undefined ? delivery : spanned(delivery, span)
+    })
+  }))
+
+/** The span of a delivery taken by `deliveries` or `stream`, under its sender's; undefined when untraced. */
+const openTaken = <A>(fiber: Fiber.RuntimeFiber<unknown, unknown>, endpoint: string, delivery: Delivery<A>): Tracing.OpenSpan | undefined => {
+  const trace = (delivery as Partial<ControllerDelivery<A>>).trace
+  if (trace === undefined || !Tracing.isTracing(fiber)) return undefined
+  return Tracing.openRemoteChild(fiber, Tracing.SpanNames.deliver, trace, Tracing.deliveryAttributes(endpoint, delivery))
+}
+
+/** Confirms a taken delivery in a span inside its delivery span, which ends with it. */
+const confirmIn = <A>(span: Tracing.OpenSpan, delivery: Delivery<A>): void => {
+  if (span.span.status._tag === "Started") span.child(Tracing.SpanNames.confirm, () => confirmNow(delivery))
+  else confirmNow(delivery)
+  span.end(Exit.void)
+}
+
+/** The delivery as `deliveries` hands it out under a span: its `confirm` ends the span. */
+const spanned = <A>(delivery: Delivery<A>, span: Tracing.OpenSpan): Delivery<A> => ({
+  messageId: delivery.messageId,
+  seq: delivery.seq,
+  payload: delivery.payload,
+  attempt: delivery.attempt,
+  confirm: Effect.sync(() => confirmIn(span, delivery))
+})
 
 /** What a worker takes beyond a consumer's options. */
 export interface WorkerExtras {

@@ -1,9 +1,18 @@
 /**
- * Group commit for `enqueue`: callers' messages go to the durable queue's backlog together. While
- * one `enqueue` transaction runs, the messages of every caller who comes meanwhile wait and then
- * go as the next transaction, each caller resolving with its own results in its own order,
- * exactly as if they had enqueued one by one (first write wins per message). Nothing waits for a
- * batch to fill: a lone caller's transaction starts at once.
+ * Group commit for `enqueue`: callers' messages go to the durable queue's backlog together. Up to
+ * `MaxEnqueueInFlight` transactions run at once (a pipeline: the next group's transaction starts
+ * while earlier ones commit, so the database is never left idle while the process gathers the
+ * next group); the messages of every caller who comes while every slot is busy wait and then go
+ * as one transaction, each caller resolving with its own results in its own order, exactly as if
+ * they had enqueued one by one (first write wins per message), and only once its own transaction
+ * committed. Nothing waits for a batch to fill: a lone caller's transaction starts at once.
+ *
+ * Order: a caller's messages go in one transaction, in request order, and a caller's next call
+ * comes after its last one committed, so one caller's backlog order is its call order. Callers
+ * whose calls overlap have no order between them (which group each lands in is timing anyway).
+ * A caller with a message id that a running transaction holds too waits (and those behind it)
+ * until that transaction ended: two transactions never write the same id at once, so they never
+ * wait on each other's rows, nor deadlock over them.
  *
  * Every transaction has the queue's timeout and is retried under its retry policy; a batch the
  * queue refuses for its content is split, so only the callers whose messages it refuses fail.
@@ -23,13 +32,17 @@ export type EnqueueQueueError = MessageRejected | QueueBackendError | EndpointCl
 /** The most messages one transaction carries. */
 export const MaxEnqueueBatch = 1000
 
+/** The most transactions running at once. */
+export const MaxEnqueueInFlight = 2
+
 type Resume = (exit: Exit.Exit<ReadonlyArray<Enqueued>, EnqueueQueueError>) => void
 
 class Caller {
   results: Array<Enqueued> | undefined = undefined
   exit: Exit.Exit<ReadonlyArray<Enqueued>, EnqueueQueueError> | undefined = undefined
   resume: Resume | undefined = undefined
-  constructor(readonly requests: ReadonlyArray<EnqueueRequest>) {}
+  /** `chosenIds`: some id came from the caller (a generated one is unique, so it cannot clash). */
+  constructor(readonly requests: ReadonlyArray<EnqueueRequest>, readonly chosenIds: boolean) {}
 
   finish(exit: Exit.Exit<ReadonlyArray<Enqueued>, EnqueueQueueError>) {
     if (this.exit !== undefined) return
@@ -51,8 +64,12 @@ export interface EnqueueBatcherOptions {
 }
 
 export interface EnqueueBatcher {
-  /** Commits the requests to the backlog; their results in order (an `Exit` when settled at once). */
-  readonly enqueue: (requests: ReadonlyArray<EnqueueRequest>) => Effect.Effect<ReadonlyArray<Enqueued>, EnqueueQueueError>
+  /**
+   * Commits the requests to the backlog; their results in order (an `Exit` when settled at once).
+   * `chosenIds`: some of the ids were the caller's (not generated), so they may clash with
+   * another caller's.
+   */
+  readonly enqueue: (requests: ReadonlyArray<EnqueueRequest>, chosenIds: boolean) => Effect.Effect<ReadonlyArray<Enqueued>, EnqueueQueueError>
   /** The endpoint closed: waiting callers fail with `EndpointClosed` (a transaction in flight still commits). */
   readonly close: () => void
 }
@@ -63,9 +80,33 @@ type QueueError = QueueConflict | QueueRejected | QueueBackendError
 const refusal = (endpoint: string, caller: Caller, error: QueueConflict | QueueRejected) =>
   new MessageRejected({ endpointName: endpoint, messageId: caller.requests.length === 1 ? caller.requests[0].messageId : undefined, cause: error })
 
+/** The caller-chosen message ids of the running transactions. */
+class HeldIds {
+  private readonly ids = new Set<string>()
+
+  /** Whether any of the caller's ids is in a running transaction. */
+  clashes(caller: Caller): boolean {
+    if (!caller.chosenIds || this.ids.size === 0) return false
+    for (const request of caller.requests) if (this.ids.has(request.messageId)) return true
+    return false
+  }
+
+  hold(batch: ReadonlyArray<Caller>) {
+    for (const caller of batch) if (caller.chosenIds) for (const request of caller.requests) this.ids.add(request.messageId)
+  }
+
+  release(batch: ReadonlyArray<Caller>) {
+    for (const caller of batch) if (caller.chosenIds) for (const request of caller.requests) this.ids.delete(request.messageId)
+  }
+}
+
 export const make = (options: EnqueueBatcherOptions): EnqueueBatcher => {
   const waiting: Array<Caller> = []
-  let running = false
+  const held = new HeldIds()
+  let running = 0
+  /** Messages waiting, and in the running transactions. */
+  let waitingMessages = 0
+  let runningMessages = 0
   let closed = false
 
   const call = (requests: ReadonlyArray<EnqueueRequest>): Effect.Effect<ReadonlyArray<EnqueueResult>, QueueError> =>
@@ -99,43 +140,62 @@ export const make = (options: EnqueueBatcherOptions): EnqueueBatcher => {
     if (added) options.committed()
   }
 
-  /** Takes the waiting callers for one transaction: whole callers, at most `MaxEnqueueBatch` messages unless one caller has more. */
+  /**
+   * Takes the waiting callers for one transaction: whole callers, at most `MaxEnqueueBatch`
+   * messages unless one caller has more, stopping before a caller whose ids a running transaction
+   * holds (none is taken when the first is such a caller).
+   */
   const takeBatch = (): Array<Caller> => {
-    const batch: Array<Caller> = []
+    let taken = 0
     let count = 0
-    while (waiting.length > 0 && (batch.length === 0 || count + waiting[0].requests.length <= MaxEnqueueBatch)) {
-      const caller = waiting.shift()!
-      count += caller.requests.length
-      batch.push(caller)
+    while (taken < waiting.length && (taken === 0 || count + waiting[taken].requests.length <= MaxEnqueueBatch) && !held.clashes(waiting[taken])) {
+      count += waiting[taken].requests.length
+      taken++
     }
-    return batch
+    waitingMessages -= count
+    return waiting.splice(0, taken)
   }
 
+  /**
+   * Starts transactions while a slot is free: at once when none runs; beside running ones only
+   * once as many messages wait as they carry (or a full batch), so the pipeline runs two halves
+   * of the load rather than a trickle of small transactions each paying a statement and a commit.
+   */
   const next = (): void => {
-    if (running || waiting.length === 0) return
-    running = true
-    const batch = takeBatch()
-    options.runFork(Effect.ensuring(
-      commit(batch),
-      Effect.sync(() => {
-        running = false
-        // Interrupted (the endpoint's scope closed mid-transaction): nobody may wait without an end.
-        // The error is made only then: building one captures a stack, too dear for every batch.
-        const unfinished = batch.filter((caller) => caller.exit === undefined)
-        if (unfinished.length > 0) {
-          const closedExit = Exit.fail(new EndpointClosed({ name: options.endpoint }))
-          for (const caller of unfinished) caller.finish(closedExit)
-        }
-        next()
-      })
-    ))
+    while (running < MaxEnqueueInFlight && waiting.length > 0) {
+      if (running > 0 && waitingMessages < Math.min(runningMessages, MaxEnqueueBatch)) return
+      const before = waitingMessages
+      const batch = takeBatch()
+      if (batch.length === 0) return
+      const messages = before - waitingMessages
+      running++
+      runningMessages += messages
+      held.hold(batch)
+      options.runFork(Effect.ensuring(
+        commit(batch),
+        Effect.sync(() => {
+          running--
+          runningMessages -= messages
+          held.release(batch)
+          // Interrupted (the endpoint's scope closed mid-transaction): nobody may wait without an end.
+          // The error is made only then: building one captures a stack, too dear for every batch.
+          const unfinished = batch.filter((caller) => caller.exit === undefined)
+          if (unfinished.length > 0) {
+            const closedExit = Exit.fail(new EndpointClosed({ name: options.endpoint }))
+            for (const caller of unfinished) caller.finish(closedExit)
+          }
+          next()
+        })
+      ))
+    }
   }
 
   return {
-    enqueue: (requests) => {
+    enqueue: (requests, chosenIds) => {
       if (closed) return Exit.fail(new EndpointClosed({ name: options.endpoint }))
-      const caller = new Caller(requests)
+      const caller = new Caller(requests, chosenIds)
       waiting.push(caller)
+      waitingMessages += requests.length
       next()
       return Effect.async<ReadonlyArray<Enqueued>, EnqueueQueueError>((resume) => {
         if (caller.exit !== undefined) return resume(caller.exit)
@@ -145,6 +205,7 @@ export const make = (options: EnqueueBatcherOptions): EnqueueBatcher => {
     close: () => {
       closed = true
       const left = waiting.splice(0)
+      waitingMessages = 0
       for (const caller of left) caller.finish(Exit.fail(new EndpointClosed({ name: options.endpoint })))
     }
   }

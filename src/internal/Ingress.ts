@@ -14,6 +14,7 @@
  * fold is worked on the next microtask, outside the fold.
  */
 import { Effect, Either, Exit } from "effect"
+import type { Fiber } from "effect"
 import type { ProduceError } from "../Controller/internal/ProducerCalls.js"
 import { PendingAnswer } from "../Controller/internal/ProducerCalls.js"
 import type { Answer } from "../Controller/internal/ProducerCalls.js"
@@ -60,23 +61,35 @@ export interface Ingress {
 
 type Resume<A, E> = (exit: Exit.Exit<A, E>) => void
 
+/**
+ * A waiting caller's fiber, once it waits. A wait registers no interruption handler (see
+ * `awaitEntry`): a caller counts as gone once its fiber has ended.
+ */
+class Waiting {
+  fiber: Fiber.RuntimeFiber<unknown, unknown> | undefined = undefined
+
+  get cancelled(): boolean {
+    return this.fiber !== undefined && this.fiber.unsafePoll() !== null
+  }
+}
+
 /** A sender's items: `next` of them were handed to the controller, `results` answered. */
-class SendEntry {
+class SendEntry extends Waiting {
   readonly _tag = "Send"
   next = 0
   results: Array<Stored> = []
   resume: Resume<ReadonlyArray<Stored>, SendError> | undefined = undefined
   exit: Exit.Exit<ReadonlyArray<Stored>, SendError> | undefined = undefined
-  cancelled = false
-  constructor(readonly items: ReadonlyArray<ProduceItem>) {}
+  constructor(readonly items: ReadonlyArray<ProduceItem>) {
+    super()
+  }
 }
 
 /** A `requestNext` caller. */
-class GrantEntry {
+class GrantEntry extends Waiting {
   readonly _tag = "Grant"
   resume: Resume<RequestNext, EndpointClosed> | undefined = undefined
   exit: Exit.Exit<RequestNext, EndpointClosed> | undefined = undefined
-  cancelled = false
 }
 
 type Entry = SendEntry | GrantEntry
@@ -105,10 +118,14 @@ const isStale = (error: ProduceError) => error._tag === "ProducerContractError" 
 const refusedId = (error: ProduceError): string | undefined =>
   error._tag === "FrameTooLarge" || error._tag === "MessageRejected" ? error.messageId : undefined
 
+/** Below this many waiting callers the line never looks for callers who went away. */
+const MinPruneAt = 1024
+
 /** The line of waiting callers: its head is served first. */
 class Line {
   private readonly entries: Array<Entry> = []
   private head = 0
+  private pruneAt = MinPruneAt
 
   get size(): number {
     return this.entries.length - this.head
@@ -128,6 +145,20 @@ class Line {
       this.entries.splice(0, this.head)
       this.head = 0
     }
+  }
+
+  /**
+   * Drops the entries of callers who went away before any of their items was handed out, once
+   * the line has doubled since the last look: what waits stays within about twice the callers
+   * still there.
+   */
+  prune(): void {
+    if (this.size < this.pruneAt) return
+    const kept = this.entries.slice(this.head).filter((entry) => !(entry.cancelled && (entry._tag === "Grant" || entry.next === 0)))
+    this.entries.length = 0
+    this.entries.push(...kept)
+    this.head = 0
+    this.pruneAt = Math.max(MinPruneAt, 2 * kept.length)
   }
 
   /** Takes a waiting entry out of the line, wherever it is. */
@@ -158,16 +189,20 @@ const finish = <A, E>(entry: { resume: Resume<A, E> | undefined; exit: Exit.Exit
   resume?.(exit)
 }
 
-/** Waits for an entry's exit: at once when the pump already settled it. */
-const awaitEntry = <A, E>(entry: { resume: Resume<A, E> | undefined; exit: Exit.Exit<A, E> | undefined; cancelled: boolean }) =>
-  entry.exit !== undefined ? entry.exit : Effect.async<A, E>((resume) => {
-    if (entry.exit !== undefined) return resume(entry.exit)
-    entry.resume = resume
-    return Effect.sync(() => {
-      entry.cancelled = true
-      entry.resume = undefined
-    })
-  })
+/**
+ * Waits for an entry's exit: at once when the pump already settled it. The wait registers no
+ * interruption handler: an `Effect.async` that returns a canceler is wrapped in `onInterrupt` on
+ * every wait, and in a busy flow that machinery lived long enough to be promoted to the old
+ * generation (see `Signal`). An interrupted caller's fiber ends, and its entry then counts as
+ * cancelled: the pump skips it, and `Line.prune` drops such entries as the line grows.
+ */
+const awaitEntry = <A, E>(entry: Waiting & { resume: Resume<A, E> | undefined; exit: Exit.Exit<A, E> | undefined }) =>
+  entry.exit !== undefined ? entry.exit : Effect.withFiberRuntime<A, E>((fiber) =>
+    Effect.async<A, E>((resume) => {
+      if (entry.exit !== undefined) return resume(entry.exit)
+      entry.fiber = fiber
+      entry.resume = resume
+    }))
 
 class IngressQueue implements Ingress {
   private readonly line = new Line()
@@ -192,7 +227,10 @@ class IngressQueue implements Ingress {
 
   readonly send = (items: ReadonlyArray<ProduceItem>): Effect.Effect<ReadonlyArray<Stored>, SendError> => {
     if (this.closed) return Exit.fail(this.closedError())
+    const alone = this.line.size === 0 ? this.sendAlone(items) : undefined
+    if (alone !== undefined) return alone
     const entry = new SendEntry(items)
+    this.line.prune()
     this.line.push(entry)
     this.pump()
     return awaitEntry(entry)
@@ -201,6 +239,7 @@ class IngressQueue implements Ingress {
   readonly requestNext: Effect.Effect<RequestNext, EndpointClosed> = Effect.suspend(() => {
     if (this.closed) return Exit.fail(this.closedError())
     const entry = new GrantEntry()
+    this.line.prune()
     this.line.push(entry)
     this.pump()
     return awaitEntry(entry)
@@ -307,11 +346,15 @@ class IngressQueue implements Ingress {
     if (this.pumping || this.closed) return
     this.pumping = true
     try {
-      while (!this.inFlight && this.grant !== undefined && this.liveHead()) {
-        if (this.serveHead()) return
-      }
+      this.serveLine()
     } finally {
       this.pumping = false
+    }
+  }
+
+  private serveLine(): void {
+    while (!this.inFlight && this.grant !== undefined && this.liveHead()) {
+      if (this.serveHead()) return
     }
   }
 
@@ -336,7 +379,40 @@ class IngressQueue implements Ingress {
     }
     if (handshake._tag !== "Granted" || handshake.grant.token !== taken.token) return false
     const batch = this.collect(controller.freeDemand())
-    const answer = controller.submit(taken, batch.items)
+    return this.submitted(batch, taken, controller, controller.submit(taken, batch.items))
+  }
+
+  /**
+   * The everyday case of a lone sender: nobody waits, the grant is in hand and covers every item,
+   * and a volatile controller answers at once: the answer goes straight back, with no entry in
+   * line and no batch. Undefined when the sender must join the line (nothing was submitted);
+   * any other answer is handled as the pump handles it.
+   */
+  private sendAlone(items: ReadonlyArray<ProduceItem>): Effect.Effect<ReadonlyArray<Stored>, SendError> | undefined {
+    const taken = this.grant
+    if (taken === undefined || this.pumping || this.inFlight || this.isolate > 0) return undefined
+    const controller = this.options.controllerOf(taken)
+    if (controller === undefined || !controller.running()) return undefined
+    const handshake = controller.handshake()
+    if (handshake._tag !== "Granted" || handshake.grant.token !== taken.token) return undefined
+    if (items.length > Math.max(1, Math.min(this.options.maxBatch, controller.freeDemand()))) return undefined
+    this.grant = undefined
+    const answer = controller.submit(taken, items)
+    if (!(answer instanceof PendingAnswer) && Either.isRight(answer)) return Exit.succeed(answer.right)
+    const entry = new SendEntry(items)
+    entry.next = items.length
+    this.line.push(entry)
+    this.pumping = true
+    try {
+      if (!this.submitted({ items, parts: [{ entry, offset: 0, count: items.length }] }, taken, controller, answer)) this.serveLine()
+    } finally {
+      this.pumping = false
+    }
+    return awaitEntry(entry)
+  }
+
+  /** After a batch went to the controller: settles an answer given at once (false), or waits for it (true). */
+  private submitted(batch: Batch, taken: RequestNext, controller: IngressController, answer: Answer | PendingAnswer): boolean {
     if (!(answer instanceof PendingAnswer)) {
       this.settle(batch, taken, controller, answer)
       return false

@@ -8,13 +8,13 @@
  * `Stored` once the controller has stored (and, when durable, accepted) it.
  */
 import { Chunk, Effect, Either, Exit, FiberSet, PubSub, Sink, Stream } from "effect"
-import type { Duration, Queue, Scope } from "effect"
+import type { Duration, Queue, Scope, Tracer } from "effect"
 import type { QueueRetryPolicy } from "../Controller/internal/LaneRunner.js"
 import type { ProduceError } from "../Controller/internal/ProducerCalls.js"
 import type { ProduceItem } from "../Controller/internal/ProducerHandshake.js"
 import type { ProducerHooks, ProducerSide } from "../Controller/internal/ProducerShell.js"
 import type { ControllerStats, ProducerStats } from "../Controller/ProducerController.js"
-import type { QueueOperatorService } from "../DurableQueue/DurableProducerQueue.js"
+import type { EnqueueRequest, QueueOperatorService } from "../DurableQueue/DurableProducerQueue.js"
 import type { QueueBackendError } from "../DurableQueue/QueueErrors.js"
 import type { DeliveryConfirmed, Enqueued, Produced, RequestNext, Stored, StoredAck } from "../Protocol/Contract.js"
 import { EndpointClosed, PayloadEncodeError, ProducerContractError, ReliableConfigError } from "../Protocol/Errors.js"
@@ -234,16 +234,23 @@ const sender = <A>(
     return Effect.onExit(sent, () => Effect.sync(() => metrics.sendLatency.observe(now() - start)))
   }
 
+  const sendOne = (payload: A, options: SendOptions | undefined, span: Tracer.Span | undefined): Effect.Effect<Stored, SendError> => {
+    if (closed()) return closedError()
+    const item = encode(payload, options?.messageId)
+    if (Either.isLeft(item)) return Exit.fail(item.left)
+    const sent = submit([span === undefined ? item.right : Tracing.tracedItem(item.right, span)])
+    if (!Exit.isExit(sent)) return Effect.map(sent, (stored) => stored[0])
+    const settled = sent as Exit.Exit<ReadonlyArray<Stored>, SendError>
+    return Exit.isSuccess(settled) ? Exit.succeed(settled.value[0]) : settled as Exit.Exit<never, SendError>
+  }
+
+  // The hot path: untraced, a call allocates what an `Effect.suspend` would (one closure).
   const send = (payload: A, options?: SendOptions): Effect.Effect<Stored, SendError> =>
-    Tracing.withSendSpan(Tracing.SpanNames.send, spanAttributes, (span) => {
-      if (closed()) return closedError()
-      const item = encode(payload, options?.messageId)
-      if (Either.isLeft(item)) return Exit.fail(item.left)
-      const sent = submit([span === undefined ? item.right : Tracing.tracedItem(item.right, span)])
-      if (!Exit.isExit(sent)) return Effect.map(sent, (stored) => stored[0])
-      const settled = sent as Exit.Exit<ReadonlyArray<Stored>, SendError>
-      return Exit.isSuccess(settled) ? Exit.succeed(settled.value[0]) : settled as Exit.Exit<never, SendError>
-    })
+    Effect.withFiberRuntime((fiber) =>
+      Tracing.isTracing(fiber)
+        ? Tracing.inSpan(fiber, Tracing.SpanNames.send, "producer", spanAttributes, (span) => sendOne(payload, options, span))
+        : sendOne(payload, options, undefined)
+    )
 
   const sendAll = (messages: Iterable<Message<A>>): Effect.Effect<ReadonlyArray<Stored>, SendError> =>
     Tracing.withSendSpan(Tracing.SpanNames.send, spanAttributes, (span) => {
@@ -262,6 +269,7 @@ const enqueuer = <A>(
   endpoint: string,
   codec: PayloadCodec<A>,
   backlog: Backlog | undefined,
+  now: () => number,
   closed: () => boolean
 ) => {
   // A binary payload is copied: the queue keeps it, and the caller may reuse its array.
@@ -275,20 +283,31 @@ const enqueuer = <A>(
       })
     )
 
+  /** The backlog requests, stamped `at`; a sampled sender's trace context is kept with each, and travels on from there. */
+  const requestsOf = (items: ReadonlyArray<ProduceItem>, at: number, span: Tracer.Span | undefined): Array<EnqueueRequest> =>
+    items.map((item) => {
+      const trace = span === undefined ? undefined : Tracing.messageTrace(span, item.messageId)
+      return trace === undefined ? { messageId: item.messageId, payload: item.payload, at } : { messageId: item.messageId, payload: item.payload, at, trace }
+    })
+
   const enqueueAll = (messages: Iterable<Message<A>>): Effect.Effect<ReadonlyArray<Enqueued>, EnqueueError> =>
-    Effect.suspend((): Effect.Effect<ReadonlyArray<Enqueued>, EnqueueError> => {
+    Effect.withFiberRuntime((fiber): Effect.Effect<ReadonlyArray<Enqueued>, EnqueueError> => {
       if (closed()) return Exit.fail(new EndpointClosed({ name: endpoint }))
       if (backlog === undefined) return noBacklog()
-      const items = encodeAll(encodeKept, messages)
-      if (Either.isLeft(items)) return Exit.fail(items.left as ProducerContractError | PayloadEncodeError)
-      if (items.right.length === 0) return Exit.succeed([])
-      return Effect.flatMap(Effect.clockWith((clock) => clock.currentTimeMillis), (at) =>
-        Tracing.withSendSpan(Tracing.SpanNames.send, spanAttributes, (span) =>
-          backlog.batcher.enqueue(items.right.map((item) => {
-            // A sampled sender's trace context is kept with the backlog entry, and travels on from there.
-            const trace = span === undefined ? undefined : Tracing.tracedItem(item, span).trace
-            return trace === undefined ? { messageId: item.messageId, payload: item.payload, at } : { messageId: item.messageId, payload: item.payload, at, trace }
-          }))))
+      // Encoded here rather than by `encodeAll`, to learn on the way whether the caller chose any id.
+      const items: Array<ProduceItem> = []
+      let chosenIds = false
+      for (const message of messages) {
+        const item = encodeKept(message.payload, message.messageId)
+        if (Either.isLeft(item)) return Exit.fail(item.left as ProducerContractError | PayloadEncodeError)
+        chosenIds ||= message.messageId !== undefined
+        items.push(item.right)
+      }
+      if (items.length === 0) return Exit.succeed([])
+      const at = now()
+      // Without an installed tracer (the common case) no span is made: straight to the batcher.
+      if (!Tracing.isTracing(fiber)) return backlog.batcher.enqueue(requestsOf(items, at, undefined), chosenIds)
+      return Tracing.withSendSpan(Tracing.SpanNames.send, spanAttributes, (span) => backlog.batcher.enqueue(requestsOf(items, at, span), chosenIds))
     })
 
   const enqueue = (payload: A, options?: SendOptions): Effect.Effect<Enqueued, EnqueueError> =>
@@ -366,17 +385,26 @@ export const make = <A, C extends EndpointController<A>>(
     })
 
     const closedError = () => Exit.fail(new EndpointClosed({ name: record.name }))
+    const spanAttributes = { "effect_reliable.endpoint": record.name }
     const { send, sendAll } = sender(record.name, encode, ingress, metrics, () => clock.unsafeCurrentTimeMillis(), () => closed)
 
-    const { enqueue, enqueueAll } = enqueuer(record.name, codec, backlog, () => closed)
+    const { enqueue, enqueueAll } = enqueuer(record.name, codec, backlog, () => clock.unsafeCurrentTimeMillis(), () => closed)
 
+    const produceOne = (produced: Produced<A>, span: Tracer.Span | undefined): Effect.Effect<Stored, SendError> => {
+      if (closed) return closedError()
+      const controller = controllerOf(produced.grant) ?? lifecycle.current()
+      if (controller === undefined) return Effect.die(new Error("producer endpoint has no controller"))
+      const trace = span === undefined ? undefined : Tracing.messageTrace(span, produced.messageId)
+      return controller.produce(produced.grant, produced.messageId, produced.payload, trace)
+    }
+
+    // The contract's send: in a span like `send`, its message carrying the span's trace context.
     const produce = (produced: Produced<A>): Effect.Effect<Stored, SendError> =>
-      Effect.suspend((): Effect.Effect<Stored, SendError> => {
-        if (closed) return closedError()
-        const controller = controllerOf(produced.grant) ?? lifecycle.current()
-        if (controller === undefined) return Effect.die(new Error("producer endpoint has no controller"))
-        return controller.produce(produced.grant, produced.messageId, produced.payload)
-      })
+      Effect.withFiberRuntime((fiber) =>
+        Tracing.isTracing(fiber)
+          ? Tracing.inSpan(fiber, Tracing.SpanNames.produce, "producer", spanAttributes, (span) => produceOne(produced, span))
+          : produceOne(produced, undefined)
+      )
 
     const storedAck = (ack: StoredAck): Effect.Effect<void, ProducerContractError | EndpointClosed> =>
       Effect.suspend((): Effect.Effect<void, ProducerContractError | EndpointClosed> => {

@@ -34,8 +34,16 @@ export interface QueueRetryPolicy {
   readonly backoff?: { readonly initial: Duration.Duration; readonly max: Duration.Duration } | undefined
 }
 
-/** Runs one queue call under the retry policy; `onDone` gets its result. */
-export type Guard = <A>(stage: ReliableDeliveryStage, effect: Effect.Effect<A, DurableQueueError>, onDone: (value: A) => void) => Effect.Effect<void>
+/**
+ * Runs one queue call under the retry policy; `onDone` gets its result. `messages` are those the
+ * call stores, when it stores any: its span goes into their senders' traces.
+ */
+export type Guard = <A>(
+  stage: ReliableDeliveryStage,
+  effect: Effect.Effect<A, DurableQueueError>,
+  onDone: (value: A) => void,
+  messages?: ReadonlyArray<{ readonly trace?: string | undefined }>
+) => Effect.Effect<void>
 
 export interface RunnerOptions<Op> {
   readonly retry: QueueRetryPolicy
@@ -155,7 +163,7 @@ const makeGuard = <Op>(options: RunnerOptions<Op>, gaveUp: () => void): Guard =>
     )
   }
 
-  return (stage, effect, onDone) => {
+  return (stage, effect, onDone, messages) => {
     // A backend silent for a whole timeout is an outage already: the endpoint is degraded from
     // the first timeout, not only once the call's retries (each as long again) are spent.
     const attempt = counted(stage, timed(timeout, stage, effect, (error) => health.degraded(stage, error)))
@@ -173,8 +181,8 @@ const makeGuard = <Op>(options: RunnerOptions<Op>, gaveUp: () => void): Guard =>
           options.failed(stage, error, terminal)
         })
     })
-    // One span per call, its retries included; a root span, since the lane's fiber outlives any caller's.
-    return Tracing.withSpanIfTracing(Tracing.SpanNames.queue, { "effect_reliable.operation": stage.toLowerCase() }, guarded, { root: true })
+    // One span per call, its retries included: in the trace of the sends it stores, else a root.
+    return Tracing.withQueueSpan(stage.toLowerCase(), messages, guarded)
   }
 }
 

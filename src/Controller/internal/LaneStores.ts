@@ -55,7 +55,7 @@ export interface LaneStores<Item, Result> {
   ) => Effect.Effect<void>
 }
 
-export const make = <Item extends { readonly messageId: string }, Result>(
+export const make = <Item extends { readonly messageId: string; readonly trace?: string | undefined }, Result>(
   options: LaneStoresOptions<Item, Result>
 ): LaneStores<Item, Result> => {
   const answer = (action: StoreAction<Item>, retried: boolean) => (results: ReadonlyArray<Result> | LaneRunner.Refusal) =>
@@ -72,7 +72,7 @@ export const make = <Item extends { readonly messageId: string }, Result>(
     )
 
   const store = (action: StoreAction<Item>, guard: LaneRunner.Guard) =>
-    guard("Store", LaneRunner.refusable(options.storeAll(action.items)), answer(action, false))
+    guard("Store", LaneRunner.refusable(options.storeAll(action.items)), answer(action, false), action.items)
 
   const storeThenAccept = (action: StoreAction<Item>, guard: LaneRunner.Guard): Effect.Effect<void> => {
     let stored: ReadonlyArray<Result> | undefined
@@ -81,11 +81,11 @@ export const make = <Item extends { readonly messageId: string }, Result>(
       guard("Store", LaneRunner.refusable(options.storeAll(action.items)), (results) => {
         if (results instanceof LaneRunner.Refusal) reply(results)
         else stored = results
-      }),
+      }, action.items),
       Effect.suspend(() => {
         const results = stored
         if (results === undefined) return Effect.void // failed or refused: already answered
-        return guard("Accept", options.acceptAll(action.items.map((item) => item.messageId)), () => reply(results))
+        return guard("Accept", options.acceptAll(action.items.map((item) => item.messageId)), () => reply(results), action.items)
       })
     )
   }
@@ -111,7 +111,7 @@ export const make = <Item extends { readonly messageId: string }, Result>(
       guard("Store", tracked, (results) => {
         if (results === undefined) fallBack = true
         else answer(action, retried)(results)
-      }),
+      }, action.items),
       Effect.suspend(() => fallBack ? storeThenAccept(action, guard) : Effect.void)
     )
   }

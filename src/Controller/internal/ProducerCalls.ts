@@ -66,8 +66,11 @@ export interface CallsOptions<A> {
 }
 
 export interface Calls<A> {
-  /** The contract's `Produced`: encodes and stores one message; resolves with its `Stored`. */
-  readonly produce: (grant: RequestNext, messageId: string, payload: A) => Effect.Effect<Stored, ProduceError>
+  /**
+   * The contract's `Produced`: encodes and stores one message; resolves with its `Stored`. The
+   * message carries `trace`, its sender's trace context, when given.
+   */
+  readonly produce: (grant: RequestNext, messageId: string, payload: A, trace?: string) => Effect.Effect<Stored, ProduceError>
   readonly storedAck: (ack: StoredAck) => Effect.Effect<void, ProducerContractError>
   readonly ackAll: (token: string) => void
   /**
@@ -146,7 +149,7 @@ export const make = <A>(options: CallsOptions<A>): Calls<A> => {
    * The contract's `Produced`: a payload its Schema cannot encode is the caller's mistake, like a
    * blank id: it fails this call, stores nothing, and the grant stays good for the next answer.
    */
-  const produce = (grant: RequestNext, messageId: string, payload: A) =>
+  const produce = (grant: RequestNext, messageId: string, payload: A, trace?: string) =>
     Effect.suspend((): Effect.Effect<Stored, ProduceError> => {
       if (options.stopped()) return Effect.fail(stoppedError(grant))
       const invalid = options.check(grant, messageId, payload)
@@ -157,7 +160,8 @@ export const make = <A>(options: CallsOptions<A>): Calls<A> => {
       if (Either.isLeft(bytes)) return Effect.fail(new PayloadEncodeError({ endpointName: options.endpoint, messageId, cause: bytes.left }))
       const refused = options.refuse?.(messageId, bytes.right.length)
       if (refused !== undefined) return Effect.fail(refused)
-      const answer = fold(grant, [{ messageId, payload: bytes.right }], false)
+      const item: ProduceItem = trace === undefined ? { messageId, payload: bytes.right } : { messageId, payload: bytes.right, trace }
+      const answer = fold(grant, [item], false)
       return Effect.map(awaitAnswer(answer), (stored) => stored[0])
     })
 

@@ -185,7 +185,7 @@ export interface ShellOptions<S, Ev, Act extends { readonly _tag: string }, A> {
 export interface ProducerSide<A> {
   readonly address: ControllerAddress
   readonly running: () => boolean
-  readonly produce: (grant: RequestNext, messageId: string, payload: A) => Effect.Effect<Stored, ProducerCalls.ProduceError>
+  readonly produce: ProducerCalls.Calls<A>["produce"]
   readonly storedAck: ProducerCalls.Calls<A>["storedAck"]
   readonly ackAll: (token: string) => void
   readonly submit: ProducerCalls.Calls<A>["submit"]
@@ -208,8 +208,22 @@ export interface Shell<S, A> extends ProducerSide<A> {
   readonly wakeTimer: (at?: number) => void
 }
 
-const isCommon = (action: { readonly _tag: string }): action is CommonAction => commonTags.has(action._tag)
-const commonTags: ReadonlySet<string> = new Set(["Offer", "Answer", "Completed", "AckRejected", "Verify", "Notify", "Confirmed", "Fail"])
+// A switch rather than a set lookup: the shell routes several actions per message.
+const isCommon = (action: { readonly _tag: string }): action is CommonAction => {
+  switch (action._tag) {
+    case "Offer":
+    case "Answer":
+    case "Completed":
+    case "AckRejected":
+    case "Verify":
+    case "Notify":
+    case "Confirmed":
+    case "Fail":
+      return true
+    default:
+      return false
+  }
+}
 
 /** What performing the shell's own actions needs. */
 interface CommonParts {

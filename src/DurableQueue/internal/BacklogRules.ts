@@ -69,13 +69,14 @@ export const makeDeadLetter = (
 /** Results from the ids an enqueue actually added (first occurrences only). */
 export const enqueueResults = (
   requests: ReadonlyArray<EnqueueRequest>,
-  added: ReadonlySet<string>
+  added: (messageId: string) => boolean
 ): ReadonlyArray<EnqueueResult> => {
+  if (requests.length === 1) return [{ messageId: requests[0].messageId, alreadyStored: !added(requests[0].messageId) }]
   const answered = new Set<string>()
   return requests.map(({ messageId }) => {
     const first = !answered.has(messageId)
     answered.add(messageId)
-    return { messageId, alreadyStored: !(first && added.has(messageId)) }
+    return { messageId, alreadyStored: !(first && added(messageId)) }
   })
 }
 

@@ -88,16 +88,18 @@ const backendError = (operation: string) => (cause: unknown) => new QueueBackend
 const sqliteEnqueueRun = 100
 
 /**
- * Inserts one run of new backlog rows, skipping ids in the backlog or stored; returns the ids
- * it added. PostgreSQL does it in one statement that also notifies, SQLite in one per run.
+ * Inserts new backlog rows, skipping ids in the backlog or stored; says which ids it added.
+ * PostgreSQL does it in one statement that also notifies and answers with one row: how many it
+ * added, and their ids only when it skipped some (the common case, all added, parses no ids).
+ * SQLite does it in one statement per run of rows.
  */
-const insertBacklog = (t: OperatorTables, rows: ReadonlyArray<BacklogEntry>): Effect.Effect<ReadonlyArray<string>, SqlError> => {
+const insertBacklog = (t: OperatorTables, rows: ReadonlyArray<BacklogEntry>): Effect.Effect<(id: string) => boolean, SqlError> => {
   const { backlog, entries, name, sql } = t
   const id = sql(t.idColumn)
   return sql.onDialectOrElse({
     pg: () =>
       Effect.map(
-        sql<{ readonly message_id: string }>`WITH r AS (
+        sql<{ readonly added: number | string; readonly ids: ReadonlyArray<string> | null }>`WITH r AS (
             SELECT * FROM unnest(
               ${pgTextArray(rows.map((row) => row.messageId))}::text[], ${pgByteaArray(rows.map((row) => row.payload))}::bytea[],
               ${pgInt8Array(rows.map((row) => row.enqueuedAt))}::bigint[], ${pgTextArray(rows.map((row) => row.trace))}::text[]
@@ -112,8 +114,13 @@ const insertBacklog = (t: OperatorTables, rows: ReadonlyArray<BacklogEntry>): Ef
           ), notified AS (
             SELECT pg_notify(${t.channel}, ${name}) FROM (SELECT 1 FROM added LIMIT 1) AS any_added
           )
-          SELECT added.message_id FROM added CROSS JOIN (SELECT count(*) FROM notified) AS n`,
-        (added) => added.map((row) => row.message_id)
+          SELECT count(*) AS added, CASE WHEN count(*) < ${rows.length} THEN array_agg(added.message_id) END AS ids
+          FROM added CROSS JOIN (SELECT count(*) FROM notified) AS n`,
+        ([answer]) => {
+          if (toNumber(answer.added) === rows.length) return () => true
+          const added = new Set(answer.ids ?? [])
+          return (messageId: string) => added.has(messageId)
+        }
       ),
     orElse: () =>
       Effect.map(
@@ -125,7 +132,10 @@ const insertBacklog = (t: OperatorTables, rows: ReadonlyArray<BacklogEntry>): Ef
             WHERE NOT EXISTS (SELECT 1 FROM ${entries} e WHERE e.queue = v.column1 AND e.${id} = v.column2)
             ON CONFLICT (queue, message_id) DO NOTHING
             RETURNING message_id`),
-        (runs) => runs.flat().map((row) => row.message_id)
+        (runs) => {
+          const added = new Set(runs.flat().map((row) => row.message_id))
+          return (messageId: string) => added.has(messageId)
+        }
       )
   })
 }
@@ -158,7 +168,7 @@ export const enqueue = (
         pg: () => insert,
         orElse: () => rows.size <= sqliteEnqueueRun ? insert : joinOrTransaction(t.sql, insert)
       })
-      return Effect.map(mapStoreError("enqueue")(run), (added) => enqueueResults(requests, new Set(added)))
+      return Effect.map(mapStoreError("enqueue")(run), (added) => enqueueResults(requests, added))
     })
   })
 

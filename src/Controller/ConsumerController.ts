@@ -93,7 +93,7 @@ export const producerAddress = (
     ? record.address
     : undefined
 
-/** Adds the controller's counts to the endpoint's counter metrics (after each fold). */
+/** Adds the controller's counts to the endpoint's counter metrics (see `Metrics.syncEvery`). */
 const counterSync = (counters: { readonly delivered: number; readonly redelivered: number; readonly dropped: number }, metrics: Metrics.EndpointMetrics) =>
   Metrics.counterSync([
     [() => counters.delivered, metrics.delivered],
@@ -115,7 +115,7 @@ export const make = <A>(
     const now = () => clock.unsafeCurrentTimeMillis()
     const counters = { delivered: 0, redelivered: 0, registrations: 0, dropped: 0 }
     const syncCounters = counterSync(counters, hooks.metrics)
-    yield* Effect.addFinalizer(() => Effect.sync(syncCounters))
+    yield* Metrics.syncEvery(hooks.metrics, syncCounters)
     let stopped = false
     let state: Machine.ConsumerState
 
@@ -172,7 +172,6 @@ export const make = <A>(
         }
       }
       if (envelopes !== undefined) system.transport.post(envelopes)
-      syncCounters()
     }
 
     const dispatch = (event: Machine.ConsumerEvent) => {

@@ -68,6 +68,8 @@ describe("metrics", () => {
         return stats.confirmed === plan.messages
       }, 25, 600_000)
       const consumerStats = yield* consumer.stats
+      // Counters are added every sample interval.
+      yield* TestClock.adjust(Metrics.SampleInterval)
 
       expect(yield* counter(Metrics.keys.sent, out, "producer")).toBe(stats.sent)
       expect(yield* counter(Metrics.keys.resent, out, "producer")).toBe(stats.resent)

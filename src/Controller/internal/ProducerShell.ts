@@ -162,7 +162,7 @@ export interface ShellOptions<S, Ev, Act extends { readonly _tag: string }, A> {
   /** How long closing waits for the durable lane to finish what it holds. */
   readonly drainTimeout: Duration.Duration
   readonly counters: ShellCounters
-  /** The controller's counts as its stats report them, added to the counter metrics after each fold. */
+  /** The controller's counts as its stats report them, added to the counter metrics every sample interval. */
   readonly metricCounts: MetricCounts
   readonly machine: ShellMachine<S, Ev, Act>
   readonly initial: (now: number) => Step<S, Act>
@@ -262,7 +262,7 @@ const performCommon = (action: CommonAction, parts: CommonParts): void => {
   }
 }
 
-/** Adds the controller's counts to the endpoint's counter metrics (after each fold). */
+/** Adds the controller's counts to the endpoint's counter metrics (see `Metrics.syncEvery`). */
 const counterSync = (counts: MetricCounts, metrics: Metrics.EndpointMetrics) =>
   Metrics.counterSync([
     [counts.sent, metrics.sent],
@@ -333,7 +333,6 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
       const posted = envelopes
       envelopes = undefined
       if (posted !== undefined) system.transport.post(posted)
-      syncCounters()
     }
 
     const dispatch = (event: Ev): ReadonlyArray<Act> => {
@@ -366,9 +365,9 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
       Effect.sync(() => {
         closed = true
         calls.abandon()
-        syncCounters()
       })
     )
+    yield* Metrics.syncEvery(hooks.metrics, syncCounters)
 
     const drain = drainOf(lane, options.drainTimeout, finished, () => void (closing = true))
 

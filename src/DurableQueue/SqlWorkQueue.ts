@@ -209,6 +209,11 @@ const insertJobs = ({ entries, name, sql }: Queue, jobs: ReadonlyArray<StoredJob
   )
 
 /** `SET` for a step: confirming also drops the payload. */
+/** The answer of a one-statement update: true when the epoch still held and every named entry was found. */
+const settledEvery = (epoch: QueueEpoch, expected: number) =>
+  (rows: ReadonlyArray<{ readonly epoch: number | string | null; readonly found: number | string }>): boolean =>
+    rows.length === 1 && rows[0].epoch !== null && toNumber(rows[0].epoch) === epoch && toNumber(rows[0].found) === expected
+
 const stepSet = (sql: SqlClient, to: Step) =>
   to === Confirmed ? sql`state = ${to}, payload = ${toParam(emptyBytes)}` : sql`state = ${to}`
 
@@ -403,12 +408,7 @@ const advanceManyFast = (
       RETURNING 1
     )
     SELECT (SELECT epoch FROM q) AS epoch, (SELECT n FROM counted) AS found, (SELECT count(*) FROM updated) AS updated`
-    .pipe(
-      Effect.map((rows) =>
-        rows.length === 1 && rows[0].epoch !== null && toNumber(rows[0].epoch) === epoch &&
-        toNumber(rows[0].found) === ids.length
-      )
-    )
+    .pipe(Effect.map(settledEvery(epoch, ids.length)))
 
 const advance = (
   queue: Queue,
@@ -504,12 +504,7 @@ const recordFailuresFast = ({ entries, name, queues, sql }: Queue, epoch: QueueE
       RETURNING 1
     )
     SELECT (SELECT epoch FROM q) AS epoch, (SELECT n FROM counted) AS found, (SELECT count(*) FROM updated) AS updated`
-    .pipe(
-      Effect.map((rows) =>
-        rows.length === 1 && rows[0].epoch !== null && toNumber(rows[0].epoch) === epoch &&
-        toNumber(rows[0].found) === failures.length
-      )
-    )
+    .pipe(Effect.map(settledEvery(epoch, failures.length)))
 
 /**
  * Records failed attempts of accepted jobs. Failures are written beside stores and

@@ -171,16 +171,6 @@ const countsOf = (state: Machine.WorkState, counters: Counters) => ({
   degraded: false
 })
 
-/**
- * A first binding sets an audit deadline the idle timer must learn about; a failed job's retry
- * may be due before the timer's next tick (its delay is often shorter than the interval the
- * timer sleeps), so a change of retries tells the timer the next deadline.
- */
-const wakeTimer = (shell: { readonly wakeTimer: (at?: number) => void }, before: Machine.WorkState, after: Machine.WorkState): void => {
-  if (after.delayed !== before.delayed) shell.wakeTimer(Machine.nextDeadline(after))
-  else if (after.nextAuditAt !== undefined) shell.wakeTimer()
-}
-
 export const make = <A>(
   settings: WorkPullingSettings,
   codec: PayloadCodec<A>,
@@ -267,8 +257,9 @@ export const make = <A>(
         if (reason === "UnverifiedSender") counters.fenced++
         else counters.dropped++
       },
+      // A first binding sets an audit deadline the idle timer must learn about.
       afterStep: (before, after) => {
-        wakeTimer(shell, before, after)
+        if (after.nextAuditAt !== undefined) shell.wakeTimer()
         observeConfirmed(before, after)
       }
     })

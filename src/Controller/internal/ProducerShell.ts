@@ -201,11 +201,8 @@ export interface Shell<S, A> extends ProducerSide<A> {
   readonly state: () => S
   /** The controller's clock (millis), the one its machine's times come from. */
   readonly now: () => number
-  /**
-   * The timer may have a new deadline (e.g. a first audit): wake it if it sleeps for one. With
-   * `at` (the machine's next deadline), a timer sleeping past it wakes for it.
-   */
-  readonly wakeTimer: (at?: number) => void
+  /** The timer may have a new deadline (e.g. a first audit): wake it if it sleeps for one. */
+  readonly wakeTimer: () => void
 }
 
 // A switch rather than a set lookup: the shell routes several actions per message.

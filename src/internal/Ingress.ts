@@ -392,9 +392,7 @@ class IngressQueue implements Ingress {
     const taken = this.grant
     if (taken === undefined || this.pumping || this.inFlight || this.isolate > 0) return undefined
     const controller = this.options.controllerOf(taken)
-    if (controller === undefined || !controller.running()) return undefined
-    const handshake = controller.handshake()
-    if (handshake._tag !== "Granted" || handshake.grant.token !== taken.token) return undefined
+    if (controller === undefined || !this.stillGranted(controller, taken)) return undefined
     if (items.length > Math.max(1, Math.min(this.options.maxBatch, controller.freeDemand()))) return undefined
     this.grant = undefined
     const answer = controller.submit(taken, items)

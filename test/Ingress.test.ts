@@ -9,9 +9,10 @@ import { Effect, Either, Exit, Fiber } from "effect"
 import { PendingAnswer } from "../src/Controller/internal/ProducerCalls.js"
 import type { Answer } from "../src/Controller/internal/ProducerCalls.js"
 import type { Handshake, ProduceItem } from "../src/Controller/internal/ProducerHandshake.js"
+import { DeferredItem } from "../src/internal/DeferredItem.js"
 import * as Ingress from "../src/internal/Ingress.js"
 import { RequestNext, Stored } from "../src/Protocol/Contract.js"
-import { FrameTooLarge, MessageRejected } from "../src/Protocol/Errors.js"
+import { FrameTooLarge, MessageRejected, PayloadEncodeError } from "../src/Protocol/Errors.js"
 import { settle } from "./support/Harness.js"
 
 interface Script {
@@ -98,6 +99,18 @@ const script = (overrides: Partial<Script> = {}): Script => ({
 })
 
 const item = (messageId: string): ProduceItem => ({ messageId, payload: new Uint8Array([1]) })
+
+/** Deferred items that count their encodings; an id in `broken` no longer encodes. */
+const deferred = (broken: ReadonlySet<string> = new Set()) => {
+  const encoded: Array<string> = []
+  const make = (messageId: string) =>
+    new DeferredItem(messageId, messageId, undefined, (_payload, id) => {
+      if (broken.has(id)) return new PayloadEncodeError({ endpointName: "p", messageId: id, cause: "changed" })
+      encoded.push(id)
+      return { messageId: id, payload: new Uint8Array([2]) }
+    })
+  return { make, encoded }
+}
 
 /** Forks one sender per id, in order; each waits for its own answer. */
 const senders = (ingress: Ingress.Ingress, ids: ReadonlyArray<string>) =>
@@ -256,5 +269,46 @@ describe("Ingress", () => {
       yield* settle
       expect(batches).toEqual([["a"]])
       expect((yield* Fiber.join(grant)).token).toBe("t2")
+    }))
+  it.effect("deferred items are encoded only when a grant takes them", () =>
+    Effect.gen(function*() {
+      const { batches, ingress, offer } = scripted(script({ free: 2, durable: false }))
+      const { encoded, make } = deferred()
+      const all = yield* Effect.fork(Effect.suspend(() => ingress.send(["d1", "d2", "d3", "d4", "d5"].map(make))))
+      yield* settle
+      expect(encoded).toEqual([])
+      offer()
+      const stored = yield* Fiber.join(all)
+      // Each grant of two encoded its own two, and the sender got all five answers in order.
+      expect(batches).toEqual([["d1", "d2"], ["d3", "d4"], ["d5"]])
+      expect(encoded).toEqual(["d1", "d2", "d3", "d4", "d5"])
+      expect(stored.map((answer) => answer.seq)).toEqual([1, 2, 3, 4, 5])
+    }))
+
+  it.effect("a deferred item that no longer encodes fails its sender only; the grant serves the others", () =>
+    Effect.gen(function*() {
+      const { batches, ingress, offer } = scripted(script({ free: 10 }))
+      const { make } = deferred(new Set(["x2"]))
+      const [a] = yield* senders(ingress, ["a"])
+      const broken = yield* Effect.fork(Effect.suspend(() => ingress.send([make("x1"), make("x2")])))
+      const [b] = yield* senders(ingress, ["b"])
+      yield* settle
+      offer()
+      expect((yield* Fiber.join(a))[0].messageId).toBe("a")
+      expect((yield* Fiber.join(b))[0].messageId).toBe("b")
+      const error = yield* Effect.flip(Fiber.join(broken))
+      expect(error).toMatchObject({ _tag: "PayloadEncodeError", messageId: "x2" })
+      expect(batches).toEqual([["a", "b"]])
+    }))
+
+  it.effect("a lone sender whose deferred item no longer encodes fails at once and leaves the grant", () =>
+    Effect.gen(function*() {
+      const { batches, ingress, offer } = scripted(script({ free: 10 }))
+      const { make } = deferred(new Set(["x"]))
+      offer()
+      const error = yield* Effect.flip(Effect.suspend(() => ingress.send([make("x")])))
+      expect(error._tag).toBe("PayloadEncodeError")
+      yield* Effect.suspend(() => ingress.send([item("next")]))
+      expect(batches).toEqual([["next"]])
     }))
 })

@@ -27,6 +27,11 @@ export interface PayloadCodec<A> {
    * them, or the consumer lends them).
    */
   readonly decode: (bytes: Uint8Array, asIs?: boolean) => Either.Either<A, ParseResult.ParseError | Error>
+  /**
+   * True when `encode` of the value will succeed by the compiled writer (a plain struct of the
+   * declared shape), checked without encoding; undefined for payloads that cannot tell cheaply.
+   */
+  readonly encodesSurely: ((value: A) => boolean) | undefined
 }
 
 const textDecoder = new TextDecoder("utf-8", { fatal: true })
@@ -52,14 +57,17 @@ export const make = <A, I>(schema: Schema.Schema<A, I, never>): PayloadCodec<A> 
         Either.map(encodeValue(value), (encoded) => copy === undefined ? (encoded as Uint8Array).slice() : copy(encoded as Uint8Array)),
       // Received bytes may be shared (an in-process transport passes the producer's own array):
       // the handler gets bytes of its own unless they were joined for it or are lent.
-      decode: (bytes, asIs) => decodeValue(asIs === true ? bytes : bytes.slice())
+      decode: (bytes, asIs) => decodeValue(asIs === true ? bytes : bytes.slice()),
+      encodesSurely: undefined
     }
   }
   const parse = PlainStruct.compileParse(schema.ast, true)
   const write = PlainStruct.compileWrite(schema.ast)
   const read = PlainStruct.compileRead(schema.ast)
+  const fits = PlainStruct.compileCheck(schema.ast)
   return {
     binary: false,
+    encodesSurely: fits,
     encode: (value) => {
       const written = write?.(value)
       if (written !== undefined) return Either.right(written)

@@ -133,6 +133,29 @@ export const compileWrite = (ast: SchemaAST.AST): PlainWrite | undefined => {
   }
 }
 
+/**
+ * True when the compiled write of `compileWrite` succeeds for the value (each declared field of
+ * its declared type): the same checks, without writing. Lets a caller validate a payload now and
+ * encode it later.
+ */
+export type PlainCheck = (input: unknown) => boolean
+
+export const compileCheck = (ast: SchemaAST.AST): PlainCheck | undefined => {
+  const shape = compileShape(ast)
+  return shape === undefined || hasSpecialName(shape) ? undefined : (input) => fitsShape(shape, input)
+}
+
+const fitsShape = (shape: Shape, input: unknown): boolean => {
+  if (typeof input !== "object" || input === null || Array.isArray(input)) return false
+  const { fields, names } = shape
+  for (let index = 0; index < names.length; index++) {
+    const value = (input as Record<string, unknown>)[names[index]]
+    const field = fields[index]
+    if (typeof field === "string" ? typeof value !== field : !fitsShape(field, value)) return false
+  }
+  return true
+}
+
 class ByteWriter {
   bytes: Uint8Array
   at = 0

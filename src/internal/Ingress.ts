@@ -20,6 +20,8 @@ import { PendingAnswer } from "../Controller/internal/ProducerCalls.js"
 import type { Answer } from "../Controller/internal/ProducerCalls.js"
 import type { Handshake, ProduceItem } from "../Controller/internal/ProducerHandshake.js"
 import type { RequestNext, Stored } from "../Protocol/Contract.js"
+import * as DeferredItem from "./DeferredItem.js"
+import type { OutgoingItem } from "./DeferredItem.js"
 import { EndpointClosed, MessageRejected } from "../Protocol/Errors.js"
 
 /** What the ingress needs of the controller that offered a grant. */
@@ -47,10 +49,11 @@ export interface Ingress {
   /** The controller that offered the held grant stopped: the grant is void. */
   readonly voidGrant: () => void
   /**
-   * Sends encoded items after everyone waiting; their `Stored`, in order: an `Exit` when settled
-   * at once (call it inside `Effect.suspend`), else an effect that waits for them.
+   * Sends items after everyone waiting; their `Stored`, in order: an `Exit` when settled at once
+   * (call it inside `Effect.suspend`), else an effect that waits for them. Deferred items are
+   * encoded as a grant takes them.
    */
-  readonly send: (items: ReadonlyArray<ProduceItem>) => Effect.Effect<ReadonlyArray<Stored>, SendError>
+  readonly send: (items: ReadonlyArray<OutgoingItem>) => Effect.Effect<ReadonlyArray<Stored>, SendError>
   /** Waits, in the same queue, for a grant of the caller's own. */
   readonly requestNext: Effect.Effect<RequestNext, EndpointClosed>
   /** The endpoint closed: every waiting caller and every later call fails with `EndpointClosed`. */
@@ -80,7 +83,7 @@ class SendEntry extends Waiting {
   results: Array<Stored> = []
   resume: Resume<ReadonlyArray<Stored>, SendError> | undefined = undefined
   exit: Exit.Exit<ReadonlyArray<Stored>, SendError> | undefined = undefined
-  constructor(readonly items: ReadonlyArray<ProduceItem>) {
+  constructor(readonly items: ReadonlyArray<OutgoingItem>) {
     super()
   }
 }
@@ -225,7 +228,7 @@ class IngressQueue implements Ingress {
     this.grant = undefined
   }
 
-  readonly send = (items: ReadonlyArray<ProduceItem>): Effect.Effect<ReadonlyArray<Stored>, SendError> => {
+  readonly send = (items: ReadonlyArray<OutgoingItem>): Effect.Effect<ReadonlyArray<Stored>, SendError> => {
     if (this.closed) return Exit.fail(this.closedError())
     const alone = this.line.size === 0 ? this.sendAlone(items) : undefined
     if (alone !== undefined) return alone
@@ -266,26 +269,37 @@ class IngressQueue implements Ingress {
     return false
   }
 
+  /**
+   * The next batch: the head sender's items first, then those of the senders behind it, up to
+   * the grant's size. A sender whose deferred payload no longer encodes is failed and skipped.
+   */
   private collect(free: number): Batch {
     const limit = this.isolate > 0 ? 1 : Math.max(1, Math.min(this.options.maxBatch, free))
-    const first = this.line.peek() as SendEntry
-    // The usual case: the head sender's items all fit, and nobody else waits.
-    if (first.next === 0 && first.items.length <= limit && this.line.size === 1) {
-      first.next = first.items.length
-      return { items: first.items, parts: [{ entry: first, offset: 0, count: first.items.length }] }
-    }
     const items: Array<ProduceItem> = []
     const parts: Array<Part> = []
+    let failed: Array<[SendEntry, ProduceError]> | undefined
     for (let offset = 0; offset < this.line.size && items.length < limit; offset++) {
       const entry = this.line.at(offset)!
       if (entry._tag === "Grant") break
       if (entry.cancelled) continue
       const count = Math.min(limit - items.length, entry.items.length - entry.next)
       if (count <= 0) continue
+      const taken = DeferredItem.takeAll(entry.items, entry.next, count)
+      if (DeferredItem.isTakeError(taken)) {
+        ;(failed ??= []).push([entry, taken])
+        continue
+      }
+      // The usual case: the head sender's items all fit, and nobody else waits.
+      if (taken.length === entry.items.length && this.line.size === 1) {
+        entry.next = count
+        if (this.isolate > 0) this.isolate -= count
+        return { items: taken, parts: [{ entry, offset: 0, count }] }
+      }
       parts.push({ entry, offset: items.length, count })
-      for (let item = 0; item < count; item++) items.push(entry.items[entry.next + item])
+      for (let item = 0; item < count; item++) items.push(taken[item])
       entry.next += count
     }
+    if (failed !== undefined) for (const [entry, error] of failed) this.failEntry(entry, error)
     if (this.isolate > 0) this.isolate -= items.length
     return { items, parts }
   }
@@ -379,6 +393,11 @@ class IngressQueue implements Ingress {
     }
     if (handshake._tag !== "Granted" || handshake.grant.token !== taken.token) return false
     const batch = this.collect(controller.freeDemand())
+    if (batch.items.length === 0) {
+      // Every sender it took from was failed (a deferred payload no longer encoded): keep the grant.
+      this.grant = taken
+      return false
+    }
     return this.submitted(batch, taken, controller, controller.submit(taken, batch.items))
   }
 
@@ -388,21 +407,24 @@ class IngressQueue implements Ingress {
    * line and no batch. Undefined when the sender must join the line (nothing was submitted);
    * any other answer is handled as the pump handles it.
    */
-  private sendAlone(items: ReadonlyArray<ProduceItem>): Effect.Effect<ReadonlyArray<Stored>, SendError> | undefined {
+  private sendAlone(items: ReadonlyArray<OutgoingItem>): Effect.Effect<ReadonlyArray<Stored>, SendError> | undefined {
     const taken = this.grant
     if (taken === undefined || this.pumping || this.inFlight || this.isolate > 0) return undefined
     const controller = this.options.controllerOf(taken)
     if (controller === undefined || !this.stillGranted(controller, taken)) return undefined
     if (items.length > Math.max(1, Math.min(this.options.maxBatch, controller.freeDemand()))) return undefined
+    const ready = DeferredItem.takeAll(items)
+    // Nothing was submitted: the grant stays for the next sender.
+    if (DeferredItem.isTakeError(ready)) return Exit.fail(ready)
     this.grant = undefined
-    const answer = controller.submit(taken, items)
+    const answer = controller.submit(taken, ready)
     if (!(answer instanceof PendingAnswer) && Either.isRight(answer)) return Exit.succeed(answer.right)
-    const entry = new SendEntry(items)
-    entry.next = items.length
+    const entry = new SendEntry(ready)
+    entry.next = ready.length
     this.line.push(entry)
     this.pumping = true
     try {
-      if (!this.submitted({ items, parts: [{ entry, offset: 0, count: items.length }] }, taken, controller, answer)) this.serveLine()
+      if (!this.submitted({ items: ready, parts: [{ entry, offset: 0, count: ready.length }] }, taken, controller, answer)) this.serveLine()
     } finally {
       this.pumping = false
     }

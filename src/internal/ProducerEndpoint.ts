@@ -28,6 +28,8 @@ import type { EndpointDetails, EndpointRecord } from "./EndpointRegistry.js"
 import * as BacklogFeeder from "./BacklogFeeder.js"
 import * as EndpointLifecycle from "./EndpointLifecycle.js"
 import * as EnqueueBatcher from "./EnqueueBatcher.js"
+import { DeferredItem } from "./DeferredItem.js"
+import type { EncodeLater, OutgoingItem } from "./DeferredItem.js"
 import * as Ingress from "./Ingress.js"
 import { newMessageId } from "./MessageId.js"
 
@@ -70,9 +72,10 @@ export interface Producer<A> {
    */
   readonly send: (payload: A, options?: SendOptions) => Effect.Effect<Stored, SendError>
   /**
-   * Sends many messages, as many at a time as demand allows. Every id is checked and every
-   * payload encoded before anything is stored: one bad message fails the call and stores none.
-   * Results are in input order and identical to sending one by one.
+   * Sends many messages, as many at a time as demand allows. Every id and payload is checked
+   * before anything is stored: one bad message fails the call and stores none (plain-struct
+   * payloads are then encoded as their batch goes out; see `DeferredItem`). Results are in input
+   * order and identical to sending one by one.
    */
   readonly sendAll: (messages: Iterable<Message<A>>) => Effect.Effect<ReadonlyArray<Stored>, SendError>
   /**
@@ -137,6 +140,19 @@ export type ControllerStart<A, C extends EndpointController<A>> = (hooks: Produc
 
 const noStats: ControllerStats = { sent: 0, resent: 0, confirmed: 0, dropped: 0, oldestUnconfirmedAgeMillis: 0 }
 
+/** The message's id when it may be sent (a fresh one when none was given), or why not. */
+const checkedId = (payload: unknown, messageId: string | undefined): string | ProducerContractError => {
+  if (messageId !== undefined) {
+    const problem = checkMessageId(messageId)
+    if (problem !== undefined) {
+      const reason = problem.problem === "Blank" ? "BlankMessageId" : problem.problem === "Reserved" ? "ReservedMessageId" : "InvalidMessageId"
+      return new ProducerContractError({ reason, message: problem.message })
+    }
+  }
+  const id = messageId ?? newMessageId()
+  return payload === undefined ? new ProducerContractError({ reason: "MissingPayload", message: `message ${id} carries no payload` }) : id
+}
+
 /**
  * Checks a caller's id (a generated one is fine by construction) and encodes the payload;
  * `binary` is applied to binary payloads (the send path lends them to the controller, which
@@ -144,35 +160,41 @@ const noStats: ControllerStats = { sent: 0, resent: 0, confirmed: 0, dropped: 0,
  */
 const encoder = <A>(endpoint: string, codec: PayloadCodec<A>, binary: (bytes: Uint8Array) => Uint8Array) =>
   (payload: A, messageId: string | undefined): Either.Either<ProduceItem, ProduceError> => {
-    if (messageId !== undefined) {
-      const problem = checkMessageId(messageId)
-      if (problem !== undefined) {
-        const reason = problem.problem === "Blank" ? "BlankMessageId" : problem.problem === "Reserved" ? "ReservedMessageId" : "InvalidMessageId"
-        return Either.left(new ProducerContractError({ reason, message: problem.message }))
-      }
-    }
-    const id = messageId ?? newMessageId()
-    if (payload === undefined) {
-      return Either.left(new ProducerContractError({ reason: "MissingPayload", message: `message ${id} carries no payload` }))
-    }
+    const id = checkedId(payload, messageId)
+    if (typeof id !== "string") return Either.left(id)
     const bytes = codec.encode(payload, binary)
     return Either.isLeft(bytes)
       ? Either.left(new PayloadEncodeError({ endpointName: endpoint, messageId: id, cause: bytes.left }))
       : Either.right({ messageId: id, payload: bytes.right })
   }
 
-/** Encodes every message first: one bad message fails the whole call before anything is sent. */
-const encodeAll = <A>(
-  encode: ReturnType<typeof encoder<A>>,
-  messages: Iterable<Message<A>>
-): Either.Either<Array<ProduceItem>, ProduceError> => {
-  const items: Array<ProduceItem> = []
-  for (const message of messages) {
-    const item = encode(message.payload, message.messageId)
-    if (Either.isLeft(item)) return Either.left(item.left)
-    items.push(item.right)
+/**
+ * A `sendAll`'s items, every message checked first: one bad message fails the whole call before
+ * anything is sent. A payload that surely encodes is encoded only when a grant takes it
+ * (`DeferredItem`); any other is encoded now, to find out.
+ */
+const outgoingAll = <A>(endpoint: string, codec: PayloadCodec<A>, encode: ReturnType<typeof encoder<A>>) => {
+  const encodeLater: EncodeLater = (payload, messageId, trace) => {
+    const bytes = codec.encode(payload as A)
+    if (Either.isLeft(bytes)) return new PayloadEncodeError({ endpointName: endpoint, messageId, cause: bytes.left })
+    return trace === undefined ? { messageId, payload: bytes.right } : { messageId, payload: bytes.right, trace }
   }
-  return Either.right(items)
+  const surely = codec.encodesSurely
+  return (messages: Iterable<Message<A>>, span: Tracer.Span | undefined): Either.Either<Array<OutgoingItem>, ProduceError> => {
+    const items: Array<OutgoingItem> = []
+    for (const message of messages) {
+      if (surely !== undefined && surely(message.payload)) {
+        const id = checkedId(message.payload, message.messageId)
+        if (typeof id !== "string") return Either.left(id)
+        items.push(new DeferredItem(id, message.payload, span === undefined ? undefined : Tracing.messageTrace(span, id), encodeLater))
+        continue
+      }
+      const item = encode(message.payload, message.messageId)
+      if (Either.isLeft(item)) return Either.left(item.left)
+      items.push(span === undefined ? item.right : Tracing.tracedItem(item.right, span))
+    }
+    return Either.right(items)
+  }
 }
 
 /** A sink that hands each chunk of its stream to `all` as one call; its result counts the messages. */
@@ -215,6 +237,7 @@ const startBacklog = (endpoint: string, settings: BacklogSettings, ingress: Ingr
  */
 const sender = <A>(
   endpoint: string,
+  codec: PayloadCodec<A>,
   encode: ReturnType<typeof encoder<A>>,
   ingress: Ingress.Ingress,
   metrics: Metrics.EndpointMetrics,
@@ -224,7 +247,9 @@ const sender = <A>(
   const spanAttributes = { "effect_reliable.endpoint": endpoint }
   const closedError = () => Exit.fail(new EndpointClosed({ name: endpoint }))
 
-  const submit = (items: ReadonlyArray<ProduceItem>): Effect.Effect<ReadonlyArray<Stored>, SendError> => {
+  const outgoing = outgoingAll(endpoint, codec, encode)
+
+  const submit = (items: ReadonlyArray<OutgoingItem>): Effect.Effect<ReadonlyArray<Stored>, SendError> => {
     const sent = ingress.send(items)
     if (Exit.isExit(sent)) {
       metrics.sendLatency.observe(0)
@@ -255,10 +280,9 @@ const sender = <A>(
   const sendAll = (messages: Iterable<Message<A>>): Effect.Effect<ReadonlyArray<Stored>, SendError> =>
     Tracing.withSendSpan(Tracing.SpanNames.send, spanAttributes, (span) => {
       if (closed()) return closedError()
-      const items = encodeAll(encode, messages)
+      const items = outgoing(messages, span)
       if (Either.isLeft(items)) return Exit.fail(items.left)
-      if (items.right.length === 0) return Exit.succeed([])
-      return submit(span === undefined ? items.right : items.right.map((item) => Tracing.tracedItem(item, span)))
+      return items.right.length === 0 ? Exit.succeed([]) : submit(items.right)
     })
 
   return { send, sendAll }
@@ -294,7 +318,7 @@ const enqueuer = <A>(
     Effect.withFiberRuntime((fiber): Effect.Effect<ReadonlyArray<Enqueued>, EnqueueError> => {
       if (closed()) return Exit.fail(new EndpointClosed({ name: endpoint }))
       if (backlog === undefined) return noBacklog()
-      // Encoded here rather than by `encodeAll`, to learn on the way whether the caller chose any id.
+      // Encoded now (the batcher stores them), learning on the way whether the caller chose any id.
       const items: Array<ProduceItem> = []
       let chosenIds = false
       for (const message of messages) {
@@ -386,7 +410,7 @@ export const make = <A, C extends EndpointController<A>>(
 
     const closedError = () => Exit.fail(new EndpointClosed({ name: record.name }))
     const spanAttributes = { "effect_reliable.endpoint": record.name }
-    const { send, sendAll } = sender(record.name, encode, ingress, metrics, () => clock.unsafeCurrentTimeMillis(), () => closed)
+    const { send, sendAll } = sender(record.name, codec, encode, ingress, metrics, () => clock.unsafeCurrentTimeMillis(), () => closed)
 
     const { enqueue, enqueueAll } = enqueuer(record.name, codec, backlog, () => clock.unsafeCurrentTimeMillis(), () => closed)
 

@@ -119,11 +119,14 @@ const check = (seed: number, cases: number) => {
     const schema = schemaOf(struct)
     const write = PlainStruct.compileWrite(schema.ast)
     const readBytes = PlainStruct.compileRead(schema.ast)
+    const fits = PlainStruct.compileCheck(schema.ast)
     const codec = PayloadCodec.make(schema)
     const value = randomValue(random, struct)
     const context = `seed ${seed} case ${index}: ${JSON.stringify(struct)} ${JSON.stringify(value)}`
     const encoded = Schema.encodeEither(schema)(value)
     const bytes = write?.(value)
+    // The check answers exactly when the write succeeds.
+    expect(fits?.(value), context).toBe(write === undefined ? undefined : bytes !== undefined)
     if (bytes === undefined) {
       expect(write === undefined || Either.isLeft(encoded), context).toBe(true)
     } else {

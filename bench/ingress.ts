@@ -153,19 +153,28 @@ export const postgresEnqueue = (messages: number, fibers: number) =>
       const queue = yield* SqlProducerQueue.makeSql({ queueName: "bench", tablePrefix })
       const producer = yield* Producer.make({ name: "bench-out", consumer: "bench-in", payload: Order, durableQueue: queue })
       const perFiber = messages / fibers
+      const quarter = messages / 4
       let enqueued = 0
-      let atTenth = { rss: 0, heap: 0 }
+      let heapAtTenth = 0
+      // RSS at a tenth and at each quarter: the process grows to its working size in the first
+      // quarter or so (V8 sizes its heap to the garbage 1,000 waiting senders leave), then stays.
+      const rss: Array<number> = []
+      const rssNow = () => process.memoryUsage().rss / 1048576
       const started = performance.now()
       yield* Effect.forEach(Array.from({ length: fibers }, (_, fiber) => fiber), (fiber) =>
         Effect.gen(function*() {
           for (let index = 0; index < perFiber; index++) {
             yield* producer.enqueue(order(fiber * perFiber + index))
-            if (++enqueued === messages / 10) atTenth = { rss: process.memoryUsage().rss / 1048576, heap: heapAfterGcMiB() ?? 0 }
+            if (++enqueued === messages / 10) {
+              rss.push(rssNow())
+              heapAtTenth = heapAfterGcMiB() ?? 0
+            }
+            if (enqueued % quarter === 0) rss.push(rssNow())
           }
         }), { concurrency: "unbounded", discard: true })
       const seconds = (performance.now() - started) / 1000
-      const rssAtEnd = process.memoryUsage().rss / 1048576
       const heap = heapAfterGcMiB()
+      const points = [messages / 10, quarter, 2 * quarter, 3 * quarter, messages]
       return {
         name: `enqueue with no consumer, ${fibers} fibers one at a time, durable PostgreSQL, ${format(messages)} msgs`,
         messages,
@@ -174,8 +183,8 @@ export const postgresEnqueue = (messages: number, fibers: number) =>
         unit: "msgs/s",
         peakRssMiB: peakRssMiB(),
         ...(heap === undefined ? {} : { heapAfterGcMiB: heap }),
-        note: `RSS at ${format(messages / 10)}: ${format(atTenth.rss)} MiB, at ${format(messages)}: ${format(rssAtEnd)} MiB; ` +
-          `heap after GC at ${format(messages / 10)}: ${format(atTenth.heap, 1)} MiB`
+        note: `RSS MiB at ${points.map((point, index) => `${format(point)}: ${format(rss[index] ?? NaN)}`).join(", ")}; ` +
+          `heap after GC at ${format(messages / 10)}: ${format(heapAtTenth, 1)} MiB, at the end: ${format(heap ?? NaN, 1)} MiB`
       } satisfies Row
     }).pipe(Effect.scoped))
 

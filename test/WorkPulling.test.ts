@@ -111,6 +111,29 @@ describe("work-pulling", () => {
         expect(distinctJobs(done)).toBe(120)
       }).pipe(Effect.provide(system())))
 
+    it.scoped("a grant carries the workers' whole windows: busy workers do not shrink it, and the pool stays within them", () =>
+      Effect.gen(function*() {
+        const producer = yield* WorkPulling.producer({ name: "dispatcher", payload: Job })
+        const done: Array<Done> = []
+        // Both workers take an hour per job: nothing they hold is confirmed during the test.
+        for (const name of ["w1", "w2"]) yield* startWorker(name, done, { window: 5, workMs: 3_600_000 })
+        yield* settle
+        const batch = (count: number, from: number) => producer.sendAll(range(count, from).map((n) => ({ payload: { n }, messageId: `job-${n}` })))
+        yield* batch(7, 0)
+        // 3 of their 10 are free: one grant takes 10 more, 3 for the workers and 7 for the pool.
+        const second = yield* Effect.fork(batch(10, 7))
+        yield* advanceBy(100, 10)
+        expect(second.unsafePoll()).toMatchObject({ _tag: "Success" })
+        const stats = yield* WorkPulling.stats("dispatcher")
+        expect(stats.pending).toBe(7)
+        expect(stats.perWorker.map((worker) => worker.inFlight)).toEqual([5, 5])
+        // The pool already holds more than the free demand: the next job waits for a worker.
+        const third = yield* Effect.fork(batch(1, 17))
+        yield* advanceBy(100, 10)
+        expect(third.unsafePoll()).toBeNull()
+        expect(done).toEqual([])
+      }).pipe(Effect.provide(system())))
+
     it.scoped("jobs sent before any worker exists wait; late workers share them", () =>
       Effect.gen(function*() {
         const producer = yield* WorkPulling.producer({ name: "dispatcher", payload: Job })

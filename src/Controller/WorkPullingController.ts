@@ -49,7 +49,8 @@ const machine: ProducerShell.ShellMachine<Machine.WorkState, Machine.WorkEvent, 
   step: Machine.step,
   nextDeadline: Machine.nextDeadline,
   handshake: (state) => state.handshake,
-  freeDemand: Machine.openDemand,
+  // What an open grant may carry (the ingress batches up to it).
+  freeDemand: Machine.grantCapacity,
   checkProduced: Machine.checkProduced,
   answeredBefore: Machine.answeredBefore
 }

@@ -5,7 +5,8 @@
  *
  * Accepted jobs enter a pending pool; the pool head goes to the next binding with free demand in
  * strict round-robin; a grant opens when the handshake is idle and the bindings' total free
- * demand exceeds the pool. A binding that ends (its worker's endpoint is gone, a new incarnation
+ * demand exceeds the pool, and may carry the workers' whole requested windows beyond the pool
+ * (`grantCapacity`): what no worker can take yet waits in the pool. A binding that ends (its worker's endpoint is gone, a new incarnation
  * replaced it, or it broke the protocol) puts its unconfirmed jobs back at the head of the pool
  * with their original id, payload and store seq, for survivors to take under fresh seqs. A
  * worker's violation ends only its binding; nothing a worker does stops the controller.
@@ -369,6 +370,21 @@ export const openDemand = (state: WorkState): number => {
   let free = 0
   for (const binding of state.bindings) free += freeDemand(binding)
   return free - state.pool.length
+}
+
+/**
+ * How many jobs an open grant may carry: the bindings' requested windows, the jobs they hold
+ * included, beyond what the pool holds. Sized by what is free, a grant shrank whenever one
+ * worker was still busy with jobs it held (a retried job, a slow one): a durable queue then
+ * stored 750 and 250 jobs by turns instead of 1,000, twice the store round trips for the same
+ * jobs. The extra jobs wait in the pool for the first worker with demand, and a grant opens
+ * only when free demand exceeds the pool (`openDemand`), so jobs accepted and not yet taken by
+ * a worker stay within the requested windows.
+ */
+export const grantCapacity = (state: WorkState): number => {
+  let requested = 0
+  for (const binding of state.bindings) requested += binding.demandUpTo - binding.confirmedSeq
+  return requested - state.pool.length
 }
 
 /** The binding of a worker endpoint (one per endpoint name), or -1. */

@@ -187,6 +187,40 @@ describe("WorkPullingMachine", () => {
       expect(Machine.openDemand(state)).toBe(3)
     })
 
+    /** w1 asked for 3 and holds `held` of them; w2 (when bound) asked for 3 and holds none. */
+    const busy = (held: number, withW2: boolean) => {
+      let state = withWorkers(3, [w1])
+      if (held > 0) state = produce(state, ...["a", "b", "c"].slice(0, held)).state
+      if (withW2) state = run(state, verified(w2), request(w2, 0, 3)).state
+      return state
+    }
+
+    it.each([
+      ["one idle worker", busy(0, false), 3, 3],
+      ["one worker holding 2 of 3", busy(2, false), 1, 3],
+      ["a busy worker and an idle one", busy(3, true), 3, 6],
+      ["a worker holding 2 and an idle one", busy(2, true), 4, 6]
+    ] as const)("%s: a grant opens on free demand and may carry the whole requested windows", (_, state, open, capacity) => {
+      expect(Machine.openDemand(state)).toBe(open)
+      expect(Machine.grantCapacity(state)).toBe(capacity)
+    })
+
+    it("what a busy worker cannot take yet waits in the pool; no grant opens until free demand exceeds it", () => {
+      let state = busy(3, true)
+      const filled = produce(state, "d", "e", "f", "g", "h", "i")
+      expect(sentTo(filled.actions)).toEqual(["w2:d", "w2:e", "w2:f"])
+      expect(filled.state.pool.toArray().map((job) => job.messageId)).toEqual(["g", "h", "i"])
+      expect(tags(filled.actions)).not.toContain("Offer")
+      expect(Machine.grantCapacity(filled.state)).toBe(3)
+      // w2 is done and asks again: it takes the pool; w1, still busy, frees nothing.
+      state = run(filled.state, request(w2, 3, 6)).state
+      expect(state.pool.length).toBe(0)
+      expect(state.handshake._tag).toBe("Idle")
+      const freed = run(state, request(w1, 3, 6))
+      expect(tags(freed.actions)).toContain("Offer")
+      expect(Machine.grantCapacity(freed.state)).toBe(6)
+    })
+
     it("offers no second grant while one is outstanding, and none when free demand does not exceed the pool", () => {
       const state = withWorkers(1, [w1])
       expect(tags(run(state, request(w1, 0, 5)).actions)).toEqual([])

@@ -68,10 +68,13 @@ describe("remoting-only flows (two nodes over TCP)", () => {
       yield* sendRange(producer, 0, 500)
       yield* waitUntil("500 deliveries", () => received.length === 500)
       expect(deliveryViolation(received, 500, true)).toBeUndefined()
-      // The flow formed once. Lookups: the consumer resolving the producer, the producer fencing
-      // the consumer; a consumer that heard nothing for a whole (100 ms) tick on a loaded machine
-      // resolves its producer again, so more are fine as long as every one was answered.
-      expect((yield* consumer.stats).registrations).toBe(1)
+      // Every message once, none again. Lookups: the consumer resolving the producer, the producer
+      // fencing the consumer; a consumer that heard nothing for a whole (100 ms) tick on a loaded
+      // machine resolves its producer again (and, with no answer yet, registers again), so more
+      // are fine as long as every one was answered.
+      const stats = yield* consumer.stats
+      expect(stats.registrations).toBeGreaterThanOrEqual(1)
+      expect(stats.redelivered).toBe(0)
       const [onA, onB] = [a.system.internal.lookupStats(), b.system.internal.lookupStats()]
       expect(onA.asked).toBeGreaterThanOrEqual(1)
       expect(onB.asked).toBeGreaterThanOrEqual(1)

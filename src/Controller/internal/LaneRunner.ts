@@ -14,6 +14,7 @@
 import { Duration, Effect, Schedule } from "effect"
 import type { Fiber } from "effect"
 import * as EndpointHealth from "../../internal/EndpointHealth.js"
+import * as CallTimeouts from "./CallTimeouts.js"
 import { Signal } from "../../internal/Signal.js"
 import type { QueueMetrics } from "../../Observability/Metrics.js"
 import * as Tracing from "../../Observability/Tracing.js"
@@ -130,9 +131,12 @@ export const timed = <A, E extends DurableQueueError>(
   onTimeout: (error: QueueBackendError) => void = () => {}
 ): Effect.Effect<A, E | QueueBackendError> =>
   Effect.catchTag(Effect.timeout(effect, timeout), "TimeoutException", () => {
-    const error = new QueueBackendError({ operation: stage.toLowerCase(), cause: new Error(`no answer within ${Duration.format(timeout)}`) })
+    const error = timeoutError(timeout, stage)
     return Effect.zipRight(Effect.sync(() => onTimeout(error)), Effect.fail(error))
   })
+
+const timeoutError = (timeout: Duration.Duration, stage: ReliableDeliveryStage) =>
+  new QueueBackendError({ operation: stage.toLowerCase(), cause: new Error(`no answer within ${Duration.format(timeout)}`) })
 
 /**
  * Runs one durable operation under the lane's rules: a timeout on every call, retries (a load is
@@ -152,6 +156,14 @@ const makeGuard = <Op>(options: RunnerOptions<Op>, gaveUp: () => void): Guard =>
         Effect.retry(attempt, { schedule: backoff, while: retriable })
       ))
 
+  const timeouts = CallTimeouts.make(timeout, options.runFork)
+  /** A call without an answer in time is backend trouble, and makes the endpoint degraded at once. */
+  const timedOut = (stage: ReliableDeliveryStage) => () => {
+    const error = timeoutError(timeout, stage)
+    health.degraded(stage, error)
+    return error
+  }
+
   const metrics = options.metrics
   /** One attempt of a queue call, counted. */
   const counted = <A>(stage: ReliableDeliveryStage, effect: Effect.Effect<A, DurableQueueError>) => {
@@ -166,7 +178,7 @@ const makeGuard = <Op>(options: RunnerOptions<Op>, gaveUp: () => void): Guard =>
   return (stage, effect, onDone, messages) => {
     // A backend silent for a whole timeout is an outage already: the endpoint is degraded from
     // the first timeout, not only once the call's retries (each as long again) are spent.
-    const attempt = counted(stage, timed(timeout, stage, effect, (error) => health.degraded(stage, error)))
+    const attempt = counted(stage, timeouts.timed(effect, timedOut(stage)))
     const guarded = Effect.matchEffect(stage === "Load" ? healing(stage, attempt) : retrying(options.retry, attempt), {
       onSuccess: (value) =>
         Effect.sync(() => {

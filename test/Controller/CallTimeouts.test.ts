@@ -1,0 +1,95 @@
+/**
+ * The lane's call timeouts under TestClock: a call past its deadline is interrupted (its
+ * finalizers run before its caller hears of the timeout) and fails with the timeout, each call at
+ * its own deadline; an interrupted caller interrupts its call; the sleeper re-arms after a quiet
+ * spell; and a call costs one fiber, not `Effect.timeout`'s three.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Duration, Effect, Either, Exit, Fiber, FiberSet, Supervisor, TestClock } from "effect"
+import * as CallTimeouts from "../../src/Controller/internal/CallTimeouts.js"
+
+const harness = Effect.gen(function*() {
+  const runFork = yield* FiberSet.makeRuntime<never>()
+  return CallTimeouts.make(Duration.seconds(5), runFork)
+})
+
+const timedOut = () => "timed out" as const
+
+/** Forks the call and lets it start. */
+const start = <A, E>(effect: Effect.Effect<A, E>) => Effect.tap(Effect.fork(effect), () => Effect.yieldNow())
+
+describe("CallTimeouts", () => {
+  it.scoped("a call answered in time gives its answer; one past the timeout is interrupted, then fails with the timeout", () =>
+    Effect.gen(function*() {
+      const timeouts = yield* harness
+      const quick = yield* start(Effect.either(timeouts.timed(Effect.as(Effect.sleep("1 second"), 42), timedOut)))
+      const log: Array<string> = []
+      const hanging = yield* start(Effect.either(timeouts.timed(
+        Effect.onInterrupt(Effect.never, () => Effect.sync(() => void log.push("call interrupted"))),
+        () => {
+          log.push("caller told")
+          return "timed out" as const
+        }
+      )))
+      yield* TestClock.adjust("1 second")
+      expect(yield* Fiber.join(quick)).toEqual(Either.right(42))
+      yield* TestClock.adjust("3999 millis")
+      expect(hanging.unsafePoll()).toBeNull()
+      yield* TestClock.adjust("1 millis")
+      expect(yield* Fiber.join(hanging)).toEqual(Either.left("timed out"))
+      expect(log).toEqual(["call interrupted", "caller told"])
+    }))
+
+  it.scoped("each call times out at its own deadline, and the sleeper re-arms after a quiet spell", () =>
+    Effect.gen(function*() {
+      const timeouts = yield* harness
+      const first = yield* start(Effect.either(timeouts.timed(Effect.never, timedOut)))
+      yield* TestClock.adjust("2 seconds")
+      const second = yield* start(Effect.either(timeouts.timed(Effect.never, timedOut)))
+      yield* TestClock.adjust("3 seconds")
+      expect(yield* Fiber.join(first)).toEqual(Either.left("timed out"))
+      expect(second.unsafePoll()).toBeNull()
+      yield* TestClock.adjust("2 seconds")
+      expect(yield* Fiber.join(second)).toEqual(Either.left("timed out"))
+      // Nothing runs for a minute, then a call hangs: it still times out.
+      yield* TestClock.adjust("60 seconds")
+      const third = yield* start(Effect.either(timeouts.timed(Effect.never, timedOut)))
+      yield* TestClock.adjust("5 seconds")
+      expect(yield* Fiber.join(third)).toEqual(Either.left("timed out"))
+    }))
+
+  it.scoped("an interrupted caller interrupts its call and waits for it", () =>
+    Effect.gen(function*() {
+      const timeouts = yield* harness
+      const log: Array<string> = []
+      const call = Effect.onInterrupt(Effect.never, () => Effect.sync(() => void log.push("call interrupted")))
+      const caller = yield* start(timeouts.timed(call, timedOut))
+      const exit = yield* Fiber.interrupt(caller)
+      expect(Exit.isInterrupted(exit)).toBe(true)
+      expect(log).toEqual(["call interrupted"])
+    }))
+
+  it.scoped("a call forks one fiber of its own (Effect.timeout forks two per call)", () =>
+    Effect.gen(function*() {
+      const timeouts = yield* harness
+      // The lane's sleeper is one per lane, not per call: armed here, before counting.
+      yield* Effect.fork(timeouts.timed(Effect.never, timedOut))
+      const counted = (effect: Effect.Effect<unknown, unknown>) =>
+        Effect.gen(function*() {
+          const counter = new Started()
+          yield* Effect.supervised(effect, counter)
+          return counter.started
+        })
+      expect(yield* counted(Effect.forEach([1, 2, 3, 4], (n) => timeouts.timed(Effect.succeed(n), timedOut)))).toBe(4)
+      expect(yield* counted(Effect.forEach([1, 2, 3, 4], (n) => Effect.timeout(Effect.succeed(n), "5 seconds")))).toBe(8)
+    }))
+})
+
+/** Counts the fibers started under it. */
+class Started extends Supervisor.AbstractSupervisor<void> {
+  started = 0
+  readonly value = Effect.void
+  override onStart() {
+    this.started++
+  }
+}

@@ -1,6 +1,7 @@
 /**
- * The work-pulling lane's deferred writes under TestClock: failed attempts, which retries wait
- * for, are written before the confirmations waiting beside them.
+ * The work-pulling lane's deferred writes under TestClock: a failed attempt whose retry is due
+ * (the retry waits for its write) goes before the confirmations waiting beside it; one not due
+ * yet is batched behind them.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Duration, Effect, FiberSet, TestClock } from "effect"
@@ -20,10 +21,14 @@ const slowQueue = (log: Array<string>) => {
 }
 
 describe("WorkLane", () => {
-  it.scoped("a failed attempt waiting beside confirmations is written first; its retry is released when it is", () =>
+  it.scoped.each([
+    ["due at once (a 0 ms retry)", 0, ["confirm a", "failure x", "confirm b,c"]],
+    ["due in 100 ms: batched behind the confirmations waiting", 100, ["confirm a", "confirm b,c", "failure x"]]
+  ] as const)("a failed attempt %s", ([_, retryMs, expected]) =>
     Effect.gen(function*() {
       const log: Array<string> = []
       const recorded: Array<string> = []
+      const clock = yield* Effect.clock
       const lane = WorkLane.make({
         queue: slowQueue(log),
         retry: { attempts: 3, interval: Duration.millis(100) },
@@ -32,15 +37,16 @@ describe("WorkLane", () => {
           const folded = event(0)
           if (folded._tag === "FailuresRecorded") for (const failure of folded.failures) recorded.push(failure.messageId)
         },
-        failed: () => {}
+        failed: () => {},
+        now: () => clock.unsafeCurrentTimeMillis()
       })
       lane.submit({ _tag: "ConfirmJobs", messageIds: ["a"] })
       yield* Effect.yieldNow()
       // While "a" is being confirmed, more confirmations and then a failure come.
       lane.submit({ _tag: "ConfirmJobs", messageIds: ["b", "c"] })
-      lane.submit({ _tag: "RecordFailure", messageId: "x", attempts: 1, lastError: "boom", notBefore: 5 })
+      lane.submit({ _tag: "RecordFailure", messageId: "x", attempts: 1, lastError: "boom", notBefore: retryMs })
       for (let ms = 0; ms < 40; ms += 5) yield* Effect.zipRight(TestClock.adjust(Duration.millis(5)), Effect.yieldNow())
-      expect(log).toEqual(["confirm a", "failure x", "confirm b,c"])
+      expect(log).toEqual(expected)
       expect(recorded).toEqual(["x"])
     }))
 })

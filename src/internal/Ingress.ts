@@ -39,6 +39,12 @@ export interface IngressOptions {
   readonly controllerOf: (grant: RequestNext) => IngressController | undefined
   /** The most messages one grant carries. */
   readonly maxBatch: number
+  /**
+   * Told how long each sender that had to wait waited for its answer (clock millis from `now`).
+   * Kept here rather than as an `Effect.onExit` around the wait: that machinery, on every waiting
+   * send, cost about 5 µs per message with 1,000 senders waiting.
+   */
+  readonly waited?: { readonly now: () => number; readonly observe: (millis: number) => void } | undefined
 }
 
 export type SendError = ProduceError | EndpointClosed
@@ -83,7 +89,7 @@ class SendEntry extends Waiting {
   results: Array<Stored> = []
   resume: Resume<ReadonlyArray<Stored>, SendError> | undefined = undefined
   exit: Exit.Exit<ReadonlyArray<Stored>, SendError> | undefined = undefined
-  constructor(public items: ReadonlyArray<OutgoingItem>) {
+  constructor(public items: ReadonlyArray<OutgoingItem>, readonly since: number) {
     super()
   }
 
@@ -254,7 +260,7 @@ class IngressQueue implements Ingress {
     if (this.closed) return Exit.fail(this.closedError())
     const alone = this.line.size === 0 ? this.sendAlone(items) : undefined
     if (alone !== undefined) return alone
-    const entry = new SendEntry(items)
+    const entry = new SendEntry(items, this.since())
     this.line.prune()
     this.line.push(entry)
     this.pump()
@@ -331,13 +337,23 @@ class IngressQueue implements Ingress {
     for (let entry = this.line.peek(); entry !== undefined && entry._tag === "Send"; entry = this.line.peek()) {
       if (entry.results.length < entry.items.length) return
       this.line.shift()
-      finish(entry, Exit.succeed(entry.results))
+      this.answer(entry, Exit.succeed(entry.results))
     }
   }
 
   private failEntry(entry: SendEntry, error: SendError): void {
     this.line.remove(entry)
-    finish(entry, Exit.fail(error))
+    this.answer(entry, Exit.fail(error))
+  }
+
+  private answer(entry: SendEntry, exit: Exit.Exit<ReadonlyArray<Stored>, SendError>): void {
+    const waited = this.options.waited
+    if (waited !== undefined) waited.observe(waited.now() - entry.since)
+    finish(entry, exit)
+  }
+
+  private since(): number {
+    return this.options.waited?.now() ?? 0
   }
 
   private stillGranted(controller: IngressController, of: RequestNext): boolean {
@@ -441,7 +457,7 @@ class IngressQueue implements Ingress {
     this.grant = undefined
     const answer = controller.submit(taken, ready)
     if (!(answer instanceof PendingAnswer) && Either.isRight(answer)) return Exit.succeed(answer.right)
-    const entry = new SendEntry(ready)
+    const entry = new SendEntry(ready, this.since())
     entry.next = ready.length
     this.line.push(entry)
     this.pumping = true
@@ -489,7 +505,7 @@ class IngressQueue implements Ingress {
         this.line.push(entry)
         continue
       }
-      if (entry._tag === "Send") finish(entry, Exit.fail(this.closedError()))
+      if (entry._tag === "Send") this.answer(entry, Exit.fail(this.closedError()))
       else finish(entry, Exit.fail(this.closedError()))
     }
   }

@@ -241,7 +241,6 @@ const sender = <A>(
   encode: ReturnType<typeof encoder<A>>,
   ingress: Ingress.Ingress,
   metrics: Metrics.EndpointMetrics,
-  now: () => number,
   closed: () => boolean
 ) => {
   const spanAttributes = { "effect_reliable.endpoint": endpoint }
@@ -251,12 +250,9 @@ const sender = <A>(
 
   const submit = (items: ReadonlyArray<OutgoingItem>): Effect.Effect<ReadonlyArray<Stored>, SendError> => {
     const sent = ingress.send(items)
-    if (Exit.isExit(sent)) {
-      metrics.sendLatency.observe(0)
-      return sent as Exit.Exit<ReadonlyArray<Stored>, SendError>
-    }
-    const start = now()
-    return Effect.onExit(sent, () => Effect.sync(() => metrics.sendLatency.observe(now() - start)))
+    // A wait's latency is recorded by the ingress when it answers (`IngressOptions.waited`).
+    if (Exit.isExit(sent)) metrics.sendLatency.observe(0)
+    return sent
   }
 
   const sendOne = (payload: A, options: SendOptions | undefined, span: Tracer.Span | undefined): Effect.Effect<Stored, SendError> => {
@@ -363,7 +359,8 @@ export const make = <A, C extends EndpointController<A>>(
     const ingress = Ingress.make({
       endpoint: record.name,
       maxBatch: MaxBatch,
-      controllerOf: (grant) => controllerOf(grant)
+      controllerOf: (grant) => controllerOf(grant),
+      waited: { now: () => clock.unsafeCurrentTimeMillis(), observe: (millis) => metrics.sendLatency.observe(millis) }
     })
     const backlog = options.backlog === undefined ? undefined : yield* startBacklog(record.name, options.backlog, ingress)
     // Added before the controller's lifecycle, so it runs after the controller has closed: a
@@ -410,7 +407,7 @@ export const make = <A, C extends EndpointController<A>>(
 
     const closedError = () => Exit.fail(new EndpointClosed({ name: record.name }))
     const spanAttributes = { "effect_reliable.endpoint": record.name }
-    const { send, sendAll } = sender(record.name, codec, encode, ingress, metrics, () => clock.unsafeCurrentTimeMillis(), () => closed)
+    const { send, sendAll } = sender(record.name, codec, encode, ingress, metrics, () => closed)
 
     const { enqueue, enqueueAll } = enqueuer(record.name, codec, backlog, () => clock.unsafeCurrentTimeMillis(), () => closed)
 

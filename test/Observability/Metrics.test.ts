@@ -33,6 +33,9 @@ const gauge = (key: MetricKey.MetricKey.Gauge<number>, endpoint: string, role: M
 const histogramCount = (key: MetricKey.MetricKey.Histogram, endpoint: string, role: Metrics.Role) =>
   Effect.map(Metric.value(Metric.fromMetricKey(MetricKey.taggedWithLabels(key, labels(endpoint, role)))), (state) => state.count)
 
+const histogram = (key: MetricKey.MetricKey.Histogram, endpoint: string, role: Metrics.Role) =>
+  Metric.value(Metric.fromMetricKey(MetricKey.taggedWithLabels(key, labels(endpoint, role))))
+
 const memorySystem = () => ReliableSystem.layer().pipe(Layer.provideMerge(MemoryTransport.layerMemory))
 
 describe("metrics", () => {
@@ -119,6 +122,29 @@ describe("metrics", () => {
       expect(yield* gauge(Metrics.keys.oldestUnconfirmedAge, out, "producer")).toBe(0)
       expect(yield* gauge(Metrics.keys.inFlight, out, "producer")).toBe(0)
       expect(yield* histogramCount(Metrics.keys.endToEndLatency, out, "producer")).toBe(5)
+    }).pipe(Effect.provide(memorySystem()))
+  })
+
+  it.scoped("a send that waits for demand records how long it waited; one answered at once records 0", () => {
+    const out = uniqueName("wait-out")
+    const inName = uniqueName("wait-in")
+    return Effect.gen(function*() {
+      const producer = yield* Producer.make({ name: out, consumer: inName, payload: Order })
+      // No consumer yet: the send waits in line for its first grant.
+      const waiting = yield* Effect.forkScoped(producer.send({ index: 0 }))
+      yield* settle
+      yield* TestClock.adjust("3 seconds")
+      const consumer = yield* Consumer.make({ name: inName, producer: out, payload: Order, window: 10 })
+      yield* Effect.forkScoped(consumer.run(() => Effect.void))
+      yield* advanceUntil(() => waiting.unsafePoll() !== null, 10, 10_000)
+      const waited = yield* histogram(Metrics.keys.sendLatency, out, "producer")
+      expect(waited.count).toBe(1)
+      expect(waited.sum).toBeGreaterThanOrEqual(3_000)
+      // With the grant in hand the next send is answered in the call.
+      yield* producer.send({ index: 1 })
+      const both = yield* histogram(Metrics.keys.sendLatency, out, "producer")
+      expect(both.count).toBe(2)
+      expect(both.sum).toBe(waited.sum)
     }).pipe(Effect.provide(memorySystem()))
   })
 

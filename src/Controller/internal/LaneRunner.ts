@@ -120,22 +120,8 @@ export const refusable = <A, E extends DurableQueueError>(effect: Effect.Effect<
 export const backoffSchedule = (backoff: NonNullable<QueueRetryPolicy["backoff"]>): Schedule.Schedule<unknown> =>
   Schedule.exponential(backoff.initial).pipe(Schedule.union(Schedule.spaced(backoff.max)))
 
-/**
- * A call without an answer in time is backend trouble, like a refused connection; `onTimeout`
- * hears of it before the error goes on to the retries.
- */
-export const timed = <A, E extends DurableQueueError>(
-  timeout: Duration.Duration,
-  stage: ReliableDeliveryStage,
-  effect: Effect.Effect<A, E>,
-  onTimeout: (error: QueueBackendError) => void = () => {}
-): Effect.Effect<A, E | QueueBackendError> =>
-  Effect.catchTag(Effect.timeout(effect, timeout), "TimeoutException", () => {
-    const error = timeoutError(timeout, stage)
-    return Effect.zipRight(Effect.sync(() => onTimeout(error)), Effect.fail(error))
-  })
-
-const timeoutError = (timeout: Duration.Duration, stage: ReliableDeliveryStage) =>
+/** A queue call without an answer in time: backend trouble, like a refused connection. */
+export const timeoutError = (timeout: Duration.Duration, stage: ReliableDeliveryStage) =>
   new QueueBackendError({ operation: stage.toLowerCase(), cause: new Error(`no answer within ${Duration.format(timeout)}`) })
 
 /**

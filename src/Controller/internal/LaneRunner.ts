@@ -99,8 +99,12 @@ const retriable = (error: DurableQueueError) => !isTerminal(error) && error._tag
  */
 export const retrying = <A, E extends DurableQueueError>(retry: QueueRetryPolicy, effect: Effect.Effect<A, E>): Effect.Effect<A, E> => {
   if (retry.attempts <= 1) return effect
-  const again = Effect.retry(effect, { schedule: Schedule.spaced(retry.interval), times: retry.attempts - 2, while: retriable })
-  return Effect.catchIf(effect, (error: E) => retriable(error), () => Effect.zipRight(Effect.sleep(retry.interval), again))
+  // Built only after a failure: making the Schedule and the retry costs every call otherwise.
+  return Effect.catchIf(effect, (error: E) => retriable(error), () =>
+    Effect.zipRight(
+      Effect.sleep(retry.interval),
+      Effect.retry(effect, { schedule: Schedule.spaced(retry.interval), times: retry.attempts - 2, while: retriable })
+    ))
 }
 
 /** A store the queue refused for its content (`QueueRejected`): an answer, not a failure. */

@@ -20,7 +20,8 @@
 import { Effect, Either, Exit } from "effect"
 import type { Fiber } from "effect"
 import type { QueueRetryPolicy } from "../Controller/internal/LaneRunner.js"
-import { retrying, timed } from "../Controller/internal/LaneRunner.js"
+import * as CallTimeouts from "../Controller/internal/CallTimeouts.js"
+import { retrying, timeoutError } from "../Controller/internal/LaneRunner.js"
 import type { EnqueueRequest, EnqueueResult, QueueOperatorService } from "../DurableQueue/DurableProducerQueue.js"
 import type { QueueBackendError, QueueConflict, QueueRejected } from "../DurableQueue/QueueErrors.js"
 import { Enqueued } from "../Protocol/Contract.js"
@@ -109,8 +110,9 @@ export const make = (options: EnqueueBatcherOptions): EnqueueBatcher => {
   let runningMessages = 0
   let closed = false
 
+  const timeouts = CallTimeouts.make(options.retry.timeout, options.runFork)
   const call = (requests: ReadonlyArray<EnqueueRequest>): Effect.Effect<ReadonlyArray<EnqueueResult>, QueueError> =>
-    retrying(options.retry, timed(options.retry.timeout, "Store", options.queue.enqueue(requests)))
+    retrying(options.retry, timeouts.timed(options.queue.enqueue(requests), () => timeoutError(options.retry.timeout, "Store")))
 
   /** One transaction for the batch; a refused batch of several callers is tried caller by caller. */
   const commit = (batch: ReadonlyArray<Caller>): Effect.Effect<void> => {

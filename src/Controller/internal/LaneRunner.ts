@@ -99,8 +99,12 @@ const retriable = (error: DurableQueueError) => !isTerminal(error) && error._tag
  */
 export const retrying = <A, E extends DurableQueueError>(retry: QueueRetryPolicy, effect: Effect.Effect<A, E>): Effect.Effect<A, E> => {
   if (retry.attempts <= 1) return effect
-  const again = Effect.retry(effect, { schedule: Schedule.spaced(retry.interval), times: retry.attempts - 2, while: retriable })
-  return Effect.catchIf(effect, (error: E) => retriable(error), () => Effect.zipRight(Effect.sleep(retry.interval), again))
+  // Built only after a failure: making the Schedule and the retry costs every call otherwise.
+  return Effect.catchIf(effect, (error: E) => retriable(error), () =>
+    Effect.zipRight(
+      Effect.sleep(retry.interval),
+      Effect.retry(effect, { schedule: Schedule.spaced(retry.interval), times: retry.attempts - 2, while: retriable })
+    ))
 }
 
 /** A store the queue refused for its content (`QueueRejected`): an answer, not a failure. */
@@ -120,22 +124,8 @@ export const refusable = <A, E extends DurableQueueError>(effect: Effect.Effect<
 export const backoffSchedule = (backoff: NonNullable<QueueRetryPolicy["backoff"]>): Schedule.Schedule<unknown> =>
   Schedule.exponential(backoff.initial).pipe(Schedule.union(Schedule.spaced(backoff.max)))
 
-/**
- * A call without an answer in time is backend trouble, like a refused connection; `onTimeout`
- * hears of it before the error goes on to the retries.
- */
-export const timed = <A, E extends DurableQueueError>(
-  timeout: Duration.Duration,
-  stage: ReliableDeliveryStage,
-  effect: Effect.Effect<A, E>,
-  onTimeout: (error: QueueBackendError) => void = () => {}
-): Effect.Effect<A, E | QueueBackendError> =>
-  Effect.catchTag(Effect.timeout(effect, timeout), "TimeoutException", () => {
-    const error = timeoutError(timeout, stage)
-    return Effect.zipRight(Effect.sync(() => onTimeout(error)), Effect.fail(error))
-  })
-
-const timeoutError = (timeout: Duration.Duration, stage: ReliableDeliveryStage) =>
+/** A queue call without an answer in time: backend trouble, like a refused connection. */
+export const timeoutError = (timeout: Duration.Duration, stage: ReliableDeliveryStage) =>
   new QueueBackendError({ operation: stage.toLowerCase(), cause: new Error(`no answer within ${Duration.format(timeout)}`) })
 
 /**

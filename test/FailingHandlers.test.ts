@@ -166,6 +166,25 @@ describe("failing handlers: work-pulling", () => {
       expect(stats.pending).toBe(0)
     }).pipe(Effect.provide(system())))))
 
+  it.scoped("a failed job is tried again after its retry delay, not at the producer's next timer tick", () =>
+    quiet(Effect.gen(function*() {
+      const producer = yield* WorkPulling.producer({ name: "d", payload: Order, retryInterval: "1 second" })
+      const worker = yield* WorkPulling.worker({ name: "w", producer: "d", payload: Order, retry: Schedule.exponential("10 millis") })
+      const tried: Array<[number, number]> = []
+      yield* Effect.forkScoped(worker.run((delivery) =>
+        Effect.flatMap(now, (at) => {
+          tried.push([delivery.attempt, at])
+          return delivery.attempt <= 2 ? Effect.fail("not yet") : Effect.void
+        })))
+      yield* Effect.forkScoped(producer.send({ id: 1 }))
+      yield* advanceUntil(() => tried.length === 3, 5, 5_000)
+      const [first, second, third] = tried.map(([, at]) => at)
+      expect(tried.map(([attempt]) => attempt)).toEqual([1, 2, 3])
+      // 10 ms, then 20 ms (the test clock moves 5 ms at a time), however long the timer sleeps.
+      expect(second - first).toBeLessThanOrEqual(15)
+      expect(third - second).toBeLessThanOrEqual(25)
+    }).pipe(Effect.provide(system()))))
+
   it.scoped("a worker runs `concurrency` jobs at once", () =>
     Effect.gen(function*() {
       const producer = yield* WorkPulling.producer({ name: "d", payload: Order })

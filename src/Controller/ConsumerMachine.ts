@@ -81,6 +81,8 @@ export interface ConsumerState {
   readonly parked: ReadonlyArray<SequencedMessage>
   /** Handed out (or handed back), in seq order from confirmedSeq + 1; confirmed in that order. */
   readonly handedOut: ReadonlyArray<HandOut>
+  /** Hand-outs `Out` (handlers at work), kept with `handedOut` so a step need not count them. */
+  readonly busy: number
   /** Entries at the head of `received` already checked as an incomplete chunk run. */
   readonly runChecked: number
   readonly deliveries: number
@@ -141,6 +143,7 @@ class StateDraft implements Draft {
   received: SeqLog<SequencedMessage>
   parked: ReadonlyArray<SequencedMessage>
   handedOut: ReadonlyArray<HandOut>
+  busy: number
   runChecked: number
   deliveries: number
   heard: boolean
@@ -158,6 +161,7 @@ class StateDraft implements Draft {
     this.received = from.received
     this.parked = from.parked
     this.handedOut = from.handedOut
+    this.busy = from.busy
     this.runChecked = from.runChecked
     this.deliveries = from.deliveries
     this.heard = from.heard
@@ -180,6 +184,7 @@ export const initial = (config: ConsumerConfig): Step => ({
     received: SeqLog.empty(),
     parked: [],
     handedOut: [],
+    busy: 0,
     runChecked: 0,
     deliveries: 0,
     heard: false,
@@ -262,6 +267,7 @@ const onRegistrationAck = (s: Draft, from: ControllerAddress, ack: RegistrationA
     s.received = SeqLog.empty()
     s.parked = []
     s.handedOut = []
+    s.busy = 0
     s.runChecked = 0
   }
   const session: Session = { sessionId: ack.sessionId, producer: from, nonce: ack.nonce }
@@ -343,23 +349,18 @@ const requestGap = (s: Draft, session: Session, now: number, out: Out): void => 
 }
 
 /** Received entries the hand-outs cover (from the head of `received`). */
-const covered = (s: Draft): number => {
-  let count = 0
-  for (const handOut of s.handedOut) count += handOut.count
-  return count
-}
-
-const handlersBusy = (s: Draft): number => {
-  let busy = 0
-  for (const handOut of s.handedOut) if (handOut.status === "Out") busy++
-  return busy
-}
+/**
+ * Entries of `received` the hand-outs cover: they run in seq order from confirmedSeq + 1, so up
+ * to the last one's seq. (Summing them cost a step O(window) whenever a settled job at the head
+ * held the window: a worker's whole window of deliveries waits behind a failed job's `Settled`.)
+ */
+const covered = (s: Draft): number => s.handedOut.length === 0 ? 0 : s.handedOut[s.handedOut.length - 1].seq - s.confirmedSeq
 
 /** Hands out the next messages while handlers are free (one at a time for point-to-point). */
 const deliverNext = (s: Draft, now: number, out: Out): void => {
   if (s.draining) return
   const concurrency = s.config.concurrency ?? 1
-  let busy = handlersBusy(s)
+  let busy = s.busy
   let from = covered(s)
   while (busy < concurrency) {
     const count = nextMessage(s, from, out)
@@ -426,6 +427,7 @@ const handOut = (s: Draft, from: number, count: number, now: number, out: Out): 
     status: "Out"
   }
   s.handedOut = s.handedOut.length === 0 ? [handed] : [...s.handedOut, handed]
+  s.busy++
   out.push(deliver(s, handed, from, false))
 }
 
@@ -452,6 +454,15 @@ const find = (s: Draft, matches: (handed: HandOut) => boolean): { readonly index
   return undefined
 }
 
+/** Where the hand-out `id` is, still `Out`, searched from the newest; -1 when it is not. */
+const lastIndexOf = (s: Draft, id: number): number => {
+  for (let index = s.handedOut.length - 1; index >= 0; index--) {
+    const handed = s.handedOut[index]
+    if (handed.id === id) return handed.status === "Out" ? index : -1
+  }
+  return -1
+}
+
 const replace = (s: Draft, index: number, handed: HandOut): void => {
   const next = s.handedOut.slice()
   next[index] = handed
@@ -462,10 +473,15 @@ const replace = (s: Draft, index: number, handed: HandOut): void => {
 const onConfirm = (s: Draft, id: number, now: number, out: Out): void => {
   const head = s.handedOut[0]
   // The usual case (always, for point-to-point): the oldest hand-out is confirmed; it need not be marked done first.
-  if (head !== undefined && head.id === id && head.status === "Out") return advance(s, now, out, 1)
-  const found = find(s, (handed) => handed.id === id && handed.status === "Out")
-  if (found === undefined) return
-  replace(s, found.index, { ...s.handedOut[found.index], status: "Done" })
+  if (head !== undefined && head.id === id && head.status === "Out") {
+    s.busy--
+    return advance(s, now, out, 1)
+  }
+  // Newest first: behind a settled head, the confirmed hand-out is one of the last.
+  const index = lastIndexOf(s, id)
+  if (index < 0) return
+  s.busy--
+  replace(s, index, { ...s.handedOut[index], status: "Done" })
   advance(s, now, out)
 }
 
@@ -512,6 +528,7 @@ const onSettle = (s: Draft, id: number, outcome: SettleOutcome, now: number, out
   const found = find(s, (handed) => handed.id === id && handed.status === "Out")
   if (found === undefined) return
   const handed: HandOut = { ...s.handedOut[found.index], status: "Settling", outcome }
+  s.busy--
   replace(s, found.index, handed)
   sendSettle(s, handed, out)
   deliverNext(s, now, out)

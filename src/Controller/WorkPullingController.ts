@@ -172,6 +172,46 @@ const countsOf = (state: Machine.WorkState, counters: Counters) => ({
   degraded: false
 })
 
+/** Counts a binding that ended; a protocol violation is logged too. */
+const ended = (
+  counters: Counters,
+  endpoint: string,
+  action: Extract<Machine.WorkAction, { readonly _tag: "BindingEnded" }>,
+  context: ProducerShell.ShellContext<Machine.WorkEvent>
+) => {
+  counters.requeued += action.requeued
+  if (action.reason === "Gone") counters.workersGone++
+  else if (action.reason === "Replaced") counters.workersReplaced++
+  else {
+    counters.violations++
+    context.runFork(Effect.logWarning(
+      `work-pulling producer "${endpoint}": worker ${action.worker.endpoint} broke the protocol; ` +
+        `its binding ended and ${action.requeued} job(s) went back to the pool`,
+      action.cause
+    ))
+  }
+}
+
+/**
+ * Folds `RetryDue` when a retry falls due (`WakeAt`), in a fiber that sleeps until then (the
+ * `Clock`, so `TestClock` drives it). One sleeps for the earliest time asked; a later time is
+ * asked again by the machine once that one has come.
+ */
+const retryWaker = () => {
+  let armedFor: number | undefined
+  return (at: number, context: ProducerShell.ShellContext<Machine.WorkEvent>): void => {
+    if (armedFor !== undefined && armedFor <= at) return
+    armedFor = at
+    context.runFork(Effect.zipRight(
+      Effect.sleep(Duration.millis(Math.max(0, at - context.now()))),
+      Effect.sync(() => {
+        if (armedFor === at) armedFor = undefined
+        context.dispatch({ _tag: "RetryDue", now: context.now() })
+      })
+    ))
+  }
+}
+
 export const make = <A>(
   settings: WorkPullingSettings,
   codec: PayloadCodec<A>,
@@ -196,19 +236,7 @@ export const make = <A>(
     const verify = (worker: ControllerAddress) =>
       Effect.map(system.lookup(worker.endpoint), (record) => verifyWorker(record, settings.endpoint, worker))
 
-    const ended = (action: Extract<Machine.WorkAction, { readonly _tag: "BindingEnded" }>, context: ProducerShell.ShellContext<Machine.WorkEvent>) => {
-      counters.requeued += action.requeued
-      if (action.reason === "Gone") counters.workersGone++
-      else if (action.reason === "Replaced") counters.workersReplaced++
-      else {
-        counters.violations++
-        context.runFork(Effect.logWarning(
-          `work-pulling producer "${settings.endpoint}": worker ${action.worker.endpoint} broke the protocol; ` +
-            `its binding ended and ${action.requeued} job(s) went back to the pool`,
-          action.cause
-        ))
-      }
-    }
+    const wakeAt = retryWaker()
 
     const perform = (action: Machine.WorkAction, context: ProducerShell.ShellContext<Machine.WorkEvent>): boolean => {
       switch (action._tag) {
@@ -225,7 +253,10 @@ export const make = <A>(
               Effect.sync(() => context.dispatch({ _tag: "Audited", address: worker, live, now: context.now() }))), { discard: true }))
           break
         case "BindingEnded":
-          ended(action, context)
+          ended(counters, settings.endpoint, action, context)
+          break
+        case "WakeAt":
+          wakeAt(action.at, context)
           break
       }
       return true

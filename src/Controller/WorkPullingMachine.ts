@@ -136,6 +136,8 @@ export type WorkEvent =
   | { readonly _tag: "Audited"; readonly address: ControllerAddress; readonly live: boolean; readonly now: number }
   | Handshake.HandshakeEvent
   | { readonly _tag: "Tick"; readonly now: number }
+  /** The time a `WakeAt` asked for has come: retries due go back to the pool. */
+  | { readonly _tag: "RetryDue"; readonly now: number }
   | { readonly _tag: "Loaded"; readonly state: WorkQueueState; readonly now: number }
   | {
     readonly _tag: "StoreCompleted"
@@ -170,6 +172,12 @@ export type WorkAction =
   | { readonly _tag: "Resend"; readonly to: ControllerAddress; readonly message: ProducerToConsumer }
   | HandshakeAction
   | { readonly _tag: "Verify"; readonly address: ControllerAddress; readonly nonce: string }
+  /**
+   * The first retry whose attempt is recorded falls due at `at`: fold `RetryDue` then. The
+   * controller's timer sleeps until the deadline it saw when it went to sleep (an interval away
+   * while workers are bound), so a retry due sooner would wait for its next tick.
+   */
+  | { readonly _tag: "WakeAt"; readonly at: number }
   | { readonly _tag: "Audit"; readonly workers: ReadonlyArray<ControllerAddress> }
   | { readonly _tag: "Notify"; readonly confirmed: ReadonlyArray<DeliveryConfirmed> }
   /** Jobs confirmed, for counting, when nobody asked for notifications. */
@@ -325,6 +333,10 @@ export const step = (state: WorkState, event: WorkEvent): Step => {
       break
     case "Tick":
       onTick(s, event.now, out)
+      break
+    case "RetryDue":
+      releaseDue(s, event.now, out)
+      wakeForRetries(s, out)
       break
     case "Loaded":
       onLoaded(s, event.state, event.now, out)
@@ -804,6 +816,7 @@ const onLoaded = (s: Draft, loaded: WorkQueueState, now: number, out: Out): void
     else ready.push(job)
   }
   s.pool = SeqLog.from(ready)
+  wakeForRetries(s, out)
   for (const pending of s.registrationsWhileLoading) onRegister(s, pending.address, pending.nonce, out)
   s.registrationsWhileLoading = []
   offerGrantIfDue(s, now, out)
@@ -841,6 +854,8 @@ const onSettle = (s: Draft, from: ControllerAddress, settle: Settle, now: number
       retryLater(s, { ...job, attempt: outcome.attempt + 1 }, dueAt, !s.config.durable)
       if (s.config.durable) {
         out.push({ _tag: "RecordFailure", messageId: job.messageId, attempts: outcome.attempt, lastError: outcome.error, notBefore: dueAt })
+      } else {
+        wakeForRetries(s, out)
       }
       break
     }
@@ -912,6 +927,13 @@ const onFailuresRecorded = (s: Draft, failures: ReadonlyArray<{ readonly message
   if (!changed) return
   s.delayed = delayed
   releaseDue(s, now, out)
+  wakeForRetries(s, out)
+}
+
+/** Asks to be woken when the first retry whose attempt is recorded falls due (none: nothing). */
+const wakeForRetries = (s: Draft, out: Out): void => {
+  const next = s.delayed.find((delayed) => delayed.recorded)
+  if (next !== undefined) out.push({ _tag: "WakeAt", at: next.dueAt })
 }
 
 /** Retries whose time has come, and whose attempt is recorded, join the pool's tail. */

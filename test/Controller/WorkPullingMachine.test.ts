@@ -663,6 +663,27 @@ describe("WorkPullingMachine", () => {
       expect(retried.map((message) => [message.messageId, message.attempt])).toEqual([["a", 2]])
     })
 
+    it("asks to be woken when the first recorded retry falls due, and releases it then", () => {
+      const wakes = (actions: ReadonlyArray<WorkAction>) => actions.flatMap((action) => action._tag === "WakeAt" ? [action.at] : [])
+      const failed = run(dispatched(), settle(w1, 1, { _tag: "Failed", attempt: 1, error: "boom", retryAfterMs: 100 }, 0))
+      expect(wakes(failed.actions)).toEqual([100])
+      const second = run(failed.state, settle(w2, 1, { _tag: "Failed", attempt: 1, error: "boom", retryAfterMs: 100 }, 30))
+      expect(wakes(second.actions)).toEqual([100])
+      const early = run(second.state, { _tag: "RetryDue", now: 99 })
+      expect(early.state.delayed).toHaveLength(2)
+      const due = run(early.state, request(w1, 1, 2), { _tag: "RetryDue", now: 100 })
+      expect(due.state.delayed.map((delayed) => delayed.job.messageId)).toEqual(["b"])
+      expect(wakes(due.actions)).toEqual([130])
+      expect(due.state.pool.toArray().map((job) => job.messageId)).toContain("a")
+      // Durable: asked only once the attempt is written.
+      const durable = run(Machine.initial(config({ durable: true })).state, {
+        _tag: "Loaded",
+        state: { currentSeq: 1, pending: [{ seq: 1, messageId: "x", payload: bytes("x"), attempts: 1, notBefore: 500 }] },
+        now: 0
+      })
+      expect(wakes(durable.actions)).toEqual([500])
+    })
+
     it("durable: a failure is recorded with its attempt and retry time; a dead letter before Settled", () => {
       let state = run(Machine.initial(config({ durable: true })).state, { _tag: "Loaded", state: { currentSeq: 0, pending: [] }, now: 0 }).state
       for (const address of [w1, w2]) state = run(state, verified(address), request(address, 0, 1)).state
@@ -699,6 +720,8 @@ describe("WorkPullingMachine", () => {
       // Recorded before its time, it waits for its time as usual.
       const early = run(failed.state, { _tag: "FailuresRecorded", failures: [{ messageId: "a", attempts: 2 }], now: 20 })
       expect(early.state.delayed.map((delayed) => [delayed.dueAt, delayed.recorded])).toEqual([[60, true]])
+      expect(early.actions).toContainEqual({ _tag: "WakeAt", at: 60 })
+      expect(failed.actions.map((action) => action._tag)).not.toContain("WakeAt")
       expect(Machine.nextDeadline(early.state)).toBe(60)
       const dead = run(state, settle(w2, 1, { _tag: "DeadLettered", attempts: 5, error: "poison" }, 20))
       expect(dead.actions.filter((action) => action._tag === "DeadLetter")).toMatchObject([{ messageId: "b", attempts: 5, lastError: "poison", at: 20 }])

@@ -204,9 +204,10 @@ class Line {
 
 /**
  * Settles an entry. A waiting caller is resumed, and the entry then lets go of what it carried:
- * the wait's closures reach the entry and were promoted to the old generation with it, and with
- * them every batch's encoded messages and `Stored` answers (in the work-pulling bench, 349 MB
- * promoted per million jobs; 2 MB once released). A caller not waiting yet finds the exit here.
+ * the wait's closures (`awaitEntry`) reach the entry, and with that wait finished entries
+ * outlived young-generation collections, so every batch's encoded messages and `Stored` answers
+ * were promoted (in the work-pulling bench, 349 MB per million jobs; 2 MB once released). A
+ * caller not waiting yet finds the exit here.
  */
 const finish = <A, E>(
   entry: { resume: Resume<A, E> | undefined; exit: Exit.Exit<A, E> | undefined; release: () => void },

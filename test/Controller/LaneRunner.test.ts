@@ -1,10 +1,11 @@
 /**
  * The lane runner under TestClock: deferred work waits for a pause (or at most its longest
  * wait), runs beside handshake operations when concurrent, and the first attempt of a queue call
- * needs no retry schedule while a failure is retried at the policy's interval.
+ * needs no retry schedule while a failure is retried at the policy's interval. Operations run on
+ * one long-lived fiber per lane, not a fiber each.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Duration, Effect, FiberSet, TestClock } from "effect"
+import { Duration, Effect, Exit, FiberSet, Scope, TestClock } from "effect"
 import * as LaneRunner from "../../src/Controller/internal/LaneRunner.js"
 import { QueueBackendError } from "../../src/DurableQueue/QueueErrors.js"
 
@@ -41,6 +42,31 @@ const harness = (options: { readonly idleMs?: number; readonly maxWaitMs?: numbe
       runner.kick()
     }
     return { log, runner, defer }
+  })
+
+/** A lane whose operations run `perform` bare (no queue call), counting the fibers it forks. */
+const bareLane = (perform: (name: string) => Effect.Effect<void>, concurrent = false) =>
+  Effect.gen(function*() {
+    const fork = yield* FiberSet.makeRuntime<never>()
+    const forks = { count: 0 }
+    const deferred: Array<string> = []
+    const runner = LaneRunner.make<string>({
+      retry: { attempts: 3, interval: Duration.millis(100) },
+      runFork: (effect) => {
+        forks.count++
+        return fork(effect)
+      },
+      failed: () => undefined,
+      run: (name) => perform(name),
+      takeDeferred: () => deferred.shift(),
+      hasDeferred: () => deferred.length > 0,
+      concurrentDeferred: concurrent
+    })
+    const defer = (name: string) => {
+      deferred.push(name)
+      runner.kick()
+    }
+    return { runner, forks, defer }
   })
 
 const step = (millis: number) => Effect.zipRight(TestClock.adjust(Duration.millis(millis)), Effect.yieldNow())
@@ -117,5 +143,49 @@ describe("LaneRunner", () => {
       yield* TestClock.adjust(Duration.millis(1000))
       expect((yield* exhausted.await)._tag).toBe("Success")
       expect(calls).toBe(-7)
+    }))
+
+  it.scoped("operations run in order on one fiber forked at the first, each on a later turn than it was given", () =>
+    Effect.gen(function*() {
+      const log: Array<string> = []
+      const { defer, forks, runner } = yield* bareLane((name) => Effect.sync(() => void log.push(name)), true)
+      // queued while the lane runs (each starts after a yield) ...
+      for (const name of ["a", "b", "c"]) runner.enqueue(name)
+      expect(log).toEqual([])
+      for (let turn = 0; turn < 10; turn++) yield* Effect.yieldNow()
+      // ... and given to a waiting worker
+      runner.enqueue("d")
+      expect(log).toEqual(["a", "b", "c"])
+      for (let turn = 0; turn < 10; turn++) yield* Effect.yieldNow()
+      defer("c1")
+      defer("c2")
+      for (let turn = 0; turn < 10; turn++) yield* Effect.yieldNow()
+      expect(log).toEqual(["a", "b", "c", "d", "c1", "c2"])
+      // one worker for handshake operations, one for deferred work beside them: no fiber per operation
+      expect(forks.count).toBe(2)
+      yield* runner.drain
+    }))
+
+  it.effect("closing the lane's scope interrupts the running operation; a dying operation does not end the lane", () =>
+    Effect.gen(function*() {
+      const log: Array<string> = []
+      const scope = yield* Scope.make()
+      const { runner } = yield* Scope.extend(
+        bareLane((name) =>
+          name === "dies"
+            ? Effect.die("boom")
+            : name === "hangs"
+            ? Effect.onInterrupt(Effect.never, () => Effect.sync(() => void log.push("hangs interrupted")))
+            : Effect.sync(() => void log.push(name))
+        ),
+        scope
+      )
+      runner.enqueue("dies")
+      runner.enqueue("after")
+      runner.enqueue("hangs")
+      for (let turn = 0; turn < 10; turn++) yield* Effect.yieldNow()
+      expect(log).toEqual(["after"])
+      yield* Scope.close(scope, Exit.void)
+      expect(log).toEqual(["after", "hangs interrupted"])
     }))
 })

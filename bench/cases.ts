@@ -42,6 +42,9 @@ export const cases: Record<string, Case> = {
   "wp-pg-100k": () => run(WorkPullingBench.durablePg(100_000)),
   "wp-pg-100k-1pct-fail2": () => run(WorkPullingBench.durablePgFailing(100_000)),
   "wp-pg-100k-1pct-fail2-retry10ms": () => run(WorkPullingBench.durablePgFailing(100_000, 10)),
+  // the same at 500k: the default retry's last delays (200 + 400 ms) are a fixed tail a 1.7 s run cannot absorb
+  "wp-pg-500k": () => run(WorkPullingBench.durablePg(500_000)),
+  "wp-pg-500k-1pct-fail2": () => run(WorkPullingBench.durablePgFailing(500_000)),
   "wp-pgboss-100k": () => run(Competitors.pgBoss(100_000)),
   "wp-graphile-100k": () => run(Competitors.graphileWorker(100_000)),
   "remote-tcp-1m-w50": () => run(Remote.remote(1_000_000, 50)),

@@ -34,12 +34,13 @@ export class DeferredItem {
 /** What a sender hands the ingress: items encoded already, or checked and encoded when taken. */
 export type OutgoingItem = ProduceItem | DeferredItem
 
-const isError = (taken: ProduceItem | ProduceError): taken is ProduceError => "_tag" in taken
+/** True when taking failed (a `ProduceError`), for one item or for many. */
+export const isTakeError = (taken: ProduceItem | ReadonlyArray<ProduceItem> | ProduceError): taken is ProduceError => "_tag" in taken
 
 const isDeferred = (item: OutgoingItem): boolean => item instanceof DeferredItem
 
 /** The item, encoded if it was deferred, or why it no longer encodes. */
-export const take = (item: OutgoingItem): ProduceItem | ProduceError => item instanceof DeferredItem ? item.take() : item
+const take = (item: OutgoingItem): ProduceItem | ProduceError => item instanceof DeferredItem ? item.take() : item
 
 /**
  * The items from `from`, `count` of them, encoded; `items` itself when it holds them all and
@@ -55,10 +56,8 @@ export const takeAll = (
   const taken = new Array<ProduceItem>(count)
   for (let index = 0; index < count; index++) {
     const item = take(items[from + index])
-    if (isError(item)) return item
+    if (isTakeError(item)) return item
     taken[index] = item
   }
   return taken
 }
-
-export const isTakeError = (taken: ReadonlyArray<ProduceItem> | ProduceError): taken is ProduceError => "_tag" in taken

@@ -28,7 +28,7 @@ import type { EndpointDetails, EndpointRecord } from "./EndpointRegistry.js"
 import * as BacklogFeeder from "./BacklogFeeder.js"
 import * as EndpointLifecycle from "./EndpointLifecycle.js"
 import * as EnqueueBatcher from "./EnqueueBatcher.js"
-import { DeferredItem } from "./DeferredItem.js"
+import { DeferredItem, isTakeError } from "./DeferredItem.js"
 import type { EncodeLater, OutgoingItem } from "./DeferredItem.js"
 import * as Ingress from "./Ingress.js"
 import { newMessageId } from "./MessageId.js"
@@ -154,44 +154,50 @@ const checkedId = (payload: unknown, messageId: string | undefined): string | Pr
 }
 
 /**
- * Checks a caller's id (a generated one is fine by construction) and encodes the payload;
- * `binary` is applied to binary payloads (the send path lends them to the controller, which
- * copies them into its own snapshot; the enqueue path copies them, as the queue keeps them).
+ * Encodes a checked message's payload as the item the controller takes, with its sender's trace
+ * context when there is one. `binary` is applied to binary payloads (the send path lends them to
+ * the controller, which copies them into its own snapshot; the enqueue path copies them, as the
+ * queue keeps them).
  */
-const encoder = <A>(endpoint: string, codec: PayloadCodec<A>, binary: (bytes: Uint8Array) => Uint8Array) =>
-  (payload: A, messageId: string | undefined): Either.Either<ProduceItem, ProduceError> => {
+const itemEncoder = <A>(endpoint: string, codec: PayloadCodec<A>, binary: (bytes: Uint8Array) => Uint8Array): EncodeLater =>
+  (payload, messageId, trace) => {
+    const bytes = codec.encode(payload as A, binary)
+    if (Either.isLeft(bytes)) return new PayloadEncodeError({ endpointName: endpoint, messageId, cause: bytes.left })
+    return trace === undefined ? { messageId, payload: bytes.right } : { messageId, payload: bytes.right, trace }
+  }
+
+/** Checks a caller's id (a generated one is fine by construction) and encodes the payload. */
+const encoder = <A>(endpoint: string, codec: PayloadCodec<A>, binary: (bytes: Uint8Array) => Uint8Array) => {
+  const encodeItem = itemEncoder(endpoint, codec, binary)
+  return (payload: A, messageId: string | undefined): Either.Either<ProduceItem, ProduceError> => {
     const id = checkedId(payload, messageId)
     if (typeof id !== "string") return Either.left(id)
-    const bytes = codec.encode(payload, binary)
-    return Either.isLeft(bytes)
-      ? Either.left(new PayloadEncodeError({ endpointName: endpoint, messageId: id, cause: bytes.left }))
-      : Either.right({ messageId: id, payload: bytes.right })
+    const item = encodeItem(payload, id, undefined)
+    return isTakeError(item) ? Either.left(item) : Either.right(item)
   }
+}
 
 /**
  * A `sendAll`'s items, every message checked first: one bad message fails the whole call before
  * anything is sent. A payload that surely encodes is encoded only when a grant takes it
  * (`DeferredItem`); any other is encoded now, to find out.
  */
-const outgoingAll = <A>(endpoint: string, codec: PayloadCodec<A>, encode: ReturnType<typeof encoder<A>>) => {
-  const encodeLater: EncodeLater = (payload, messageId, trace) => {
-    const bytes = codec.encode(payload as A)
-    if (Either.isLeft(bytes)) return new PayloadEncodeError({ endpointName: endpoint, messageId, cause: bytes.left })
-    return trace === undefined ? { messageId, payload: bytes.right } : { messageId, payload: bytes.right, trace }
-  }
+const outgoingAll = <A>(endpoint: string, codec: PayloadCodec<A>) => {
+  const encodeItem = itemEncoder(endpoint, codec, (bytes) => bytes)
   const surely = codec.encodesSurely
   return (messages: Iterable<Message<A>>, span: Tracer.Span | undefined): Either.Either<Array<OutgoingItem>, ProduceError> => {
     const items: Array<OutgoingItem> = []
     for (const message of messages) {
+      const id = checkedId(message.payload, message.messageId)
+      if (typeof id !== "string") return Either.left(id)
+      const trace = span === undefined ? undefined : Tracing.messageTrace(span, id)
       if (surely !== undefined && surely(message.payload)) {
-        const id = checkedId(message.payload, message.messageId)
-        if (typeof id !== "string") return Either.left(id)
-        items.push(new DeferredItem(id, message.payload, span === undefined ? undefined : Tracing.messageTrace(span, id), encodeLater))
+        items.push(new DeferredItem(id, message.payload, trace, encodeItem))
         continue
       }
-      const item = encode(message.payload, message.messageId)
-      if (Either.isLeft(item)) return Either.left(item.left)
-      items.push(span === undefined ? item.right : Tracing.tracedItem(item.right, span))
+      const item = encodeItem(message.payload, id, trace)
+      if (isTakeError(item)) return Either.left(item)
+      items.push(item)
     }
     return Either.right(items)
   }
@@ -246,7 +252,7 @@ const sender = <A>(
   const spanAttributes = { "effect_reliable.endpoint": endpoint }
   const closedError = () => Exit.fail(new EndpointClosed({ name: endpoint }))
 
-  const outgoing = outgoingAll(endpoint, codec, encode)
+  const outgoing = outgoingAll(endpoint, codec)
 
   const submit = (items: ReadonlyArray<OutgoingItem>): Effect.Effect<ReadonlyArray<Stored>, SendError> => {
     const sent = ingress.send(items)

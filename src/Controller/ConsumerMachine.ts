@@ -495,12 +495,15 @@ const onConfirm = (s: Draft, id: number, now: number, out: Out): void => {
  * it can. `confirmedHead` is 1 when the oldest hand-out was just confirmed without being marked
  * done.
  */
+/** No hand-outs: shared, as the state's arrays are never changed in place (the usual point-to-point state between messages). */
+const noHandOuts: ReadonlyArray<HandOut> = []
+
 const advance = (s: Draft, now: number, out: Out, confirmedHead = 0): void => {
   let done = confirmedHead
   let seqs = confirmedHead === 1 ? s.handedOut[0].count : 0
   while (done < s.handedOut.length && s.handedOut[done].status === "Done") seqs += s.handedOut[done++].count
   if (done > 0) {
-    s.handedOut = s.handedOut.slice(done)
+    s.handedOut = done === s.handedOut.length ? noHandOuts : s.handedOut.slice(done)
     s.confirmedSeq += seqs
     s.received = s.received.dropFront(seqs)
     const session = s.session

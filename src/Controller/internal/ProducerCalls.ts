@@ -74,7 +74,8 @@ export interface Calls<A> {
   readonly storedAck: (ack: StoredAck) => Effect.Effect<void, ProducerContractError>
   readonly ackAll: (token: string) => void
   /**
-   * Produces and acknowledges encoded items under one grant: answered at once when volatile;
+   * Produces and acknowledges the endpoint's encoded items (ids and payloads checked there) under
+   * one grant: answered at once when volatile;
    * when durable, a `PendingAnswer` that settles once the items are stored and accepted (a
    * message whose accept never landed is not in the queue's reload, so its sender must not think
    * it is sent). If the controller stops first, the answer is `StaleGrant`: take a new grant and
@@ -105,14 +106,18 @@ export const make = <A>(options: CallsOptions<A>): Calls<A> => {
       message: `the controller of "${options.endpoint}" has stopped; grant ${typeof grant === "string" ? grant : grant.token} is void, take a new one`
     })
 
-  /** Checks and prepares every item; the first refusal answers the whole call (nothing is stored). */
-  const prepare = (grant: RequestNext, items: ReadonlyArray<ProduceItem>): Either.Either<ReadonlyArray<ProduceItem>, ProduceError> => {
+  /**
+   * Prepares every item; the first refusal answers the whole call (nothing is stored). The ids
+   * and payloads were checked by the endpoint (`submit` takes only its items), and the machine
+   * checks the grant, so only the frame limit is left to check here.
+   */
+  const prepare = (items: ReadonlyArray<ProduceItem>): Either.Either<ReadonlyArray<ProduceItem>, ProduceError> => {
+    const refuse = options.refuse
+    if (refuse === undefined && copy === undefined) return Either.right(items)
     let prepared: Array<ProduceItem> | undefined
     for (let index = 0; index < items.length; index++) {
       const item = items[index]
-      const invalid = options.check(grant, item.messageId, item.payload)
-      if (invalid !== undefined) return Either.left(invalid)
-      const refused = options.refuse?.(item.messageId, item.payload.length)
+      const refused = refuse?.(item.messageId, item.payload.length)
       if (refused !== undefined) return Either.left(refused)
       if (copy !== undefined) (prepared ??= new Array(items.length))[index] = { ...item, payload: copy(item.payload) }
     }
@@ -141,7 +146,7 @@ export const make = <A>(options: CallsOptions<A>): Calls<A> => {
       const before = options.answeredBefore(grant, items[0].messageId)
       if (before !== undefined) return Either.map(before, (stored) => [stored])
     }
-    const prepared = prepare(grant, items)
+    const prepared = prepare(items)
     return Either.isLeft(prepared) ? Either.left(prepared.left) : fold(grant, prepared.right, true)
   }
 

@@ -107,7 +107,53 @@ interface SendersOptions {
   readonly perFiber: number
   /** Messages the one sequential sender sends first, in the same run, on the same flow. */
   readonly solo: number
+  /** Also measure what the fiber runtime alone lets this shape reach (see `bareWaits`). */
+  readonly ceiling?: boolean
 }
+
+/**
+ * The fiber runtime's own cost of the many-senders shape, with no library in it: `fibers` fibers
+ * each waiting `perFiber` times on a bare `Effect.async`, resumed first come, first served, half
+ * a window at a time on a microtask, as grants resume waiting senders. Microseconds per wait.
+ */
+const bareWaits = (fibers: number, perFiber: number, grant: number) =>
+  Effect.gen(function*() {
+    const waiting: Array<() => void> = []
+    let head = 0
+    let scheduled = false
+    const resumeSome = () => {
+      scheduled = false
+      const end = Math.min(waiting.length, head + grant)
+      while (head < end) waiting[head++]()
+      if (head < waiting.length) schedule()
+    }
+    const schedule = () => {
+      if (scheduled) return
+      scheduled = true
+      queueMicrotask(resumeSome)
+    }
+    const wait = Effect.async<void>((resume) => {
+      waiting.push(() => resume(Effect.void))
+      schedule()
+    })
+    const started = performance.now()
+    yield* Effect.forEach(Array.from({ length: fibers }), () =>
+      Effect.gen(function*() {
+        for (let index = 0; index < perFiber; index++) yield* wait
+      }), { concurrency: "unbounded", discard: true })
+    return (performance.now() - started) * 1000 / (fibers * perFiber)
+  })
+
+/**
+ * The best ratio to one sender this shape can reach on Effect's fiber runtime: each of the many
+ * senders' messages costs what one sender's does plus at least one bare suspend and resume.
+ */
+const ceilingNote = (soloRate: number, options: SendersOptions) =>
+  Effect.map(bareWaits(options.fibers, options.perFiber, Window / 2), (waitMicros) => {
+    const soloMicros = 1e6 / soloRate
+    return `; the fiber runtime alone allows ${format(soloMicros / (soloMicros + waitMicros), 2)}x ` +
+      `(a bare Effect.async wait of ${options.fibers.toLocaleString("en")} fibers: ${format(waitMicros, 2)} µs, one sender: ${format(soloMicros, 2)} µs per message)`
+  })
 
 /** Concurrent senders against one sequential sender on the same producer (durable with `queue`). */
 const senders = <R>(options: SendersOptions, queue: Effect.Effect<DurableProducerQueueService | undefined, unknown, R>) =>
@@ -118,6 +164,7 @@ const senders = <R>(options: SendersOptions, queue: Effect.Effect<DurableProduce
     const messages = options.fibers * options.perFiber
     const soloRate = options.solo / one.seconds
     const rate = messages / many.seconds
+    const ceiling = options.ceiling === true ? yield* ceilingNote(soloRate, options) : ""
     const heap = heapAfterGcMiB()
     return {
       name: `${options.fibers} fibers x ${options.perFiber} sends one at a time, ${options.backend}, window ${Window}`,
@@ -128,7 +175,7 @@ const senders = <R>(options: SendersOptions, queue: Effect.Effect<DurableProduce
       peakRssMiB: peakRssMiB(),
       ...(heap === undefined ? {} : { heapAfterGcMiB: heap }),
       note: `${format(rate / soloRate, 2)}x one sequential sender (${format(soloRate)} msgs/s, ${format(options.solo)} msgs); ` +
-        `send latency p50/p99/max ${latencyCell(many.latencies)} (one sender: ${latencyCell(one.latencies)})`
+        `send latency p50/p99/max ${latencyCell(many.latencies)} (one sender: ${latencyCell(one.latencies)})${ceiling}`
     } satisfies Row
   }).pipe(Effect.scoped)
 
@@ -140,7 +187,7 @@ export const sqliteSenders = (fibers: number, perFiber: number, solo: number) =>
   onSqlite(senders({ backend: "durable SQLite", fibers, perFiber, solo }, SqlProducerQueue.makeSql({ queueName: "bench", tablePrefix: "reliable_" })))
 
 export const memorySenders = (fibers: number, perFiber: number, solo: number) =>
-  Effect.provide(senders({ backend: "memory transport (no queue)", fibers, perFiber, solo }, Effect.succeed(undefined)), system)
+  Effect.provide(senders({ backend: "memory transport (no queue)", fibers, perFiber, solo, ceiling: true }, Effect.succeed(undefined)), system)
 
 /**
  * `enqueue` on a durable PostgreSQL producer with no consumer: `fibers` fibers each enqueueing one

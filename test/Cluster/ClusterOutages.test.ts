@@ -177,10 +177,12 @@ const run = (scenario: Scenario, backend: Backend) =>
       jobsFile: Path.join(dir, "jobs"),
       dispatchLog: Path.join(dir, "dispatch.log")
     }
+    // Made before the members, so its finalizer drops the tables after they are killed, not
+    // under processes still querying them.
+    const view = yield* confirmedJobs(backend, prefix)
     const members: ReadonlyArray<ChildNode> = yield* Effect.all([0, 1, 2].map((index) => spawnMember({ ...cluster, pgUrl: backend.url(index) })), {
       concurrency: "unbounded"
     })
-    const view = yield* confirmedJobs(backend, prefix)
     const logs = members.map((_, index) => Path.join(dir, `worker-${index}.log`))
     members.forEach((member, index) => member.send(`WORKER worker-${index} dispatcher ${logs[index]} 1000000000 20 stamped`))
     members[0].send("SPAWN dispatcher")

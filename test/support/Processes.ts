@@ -25,7 +25,7 @@ export interface ChildNode {
   readonly stats: Effect.Effect<Record<string, number>, Error>
 }
 
-/** Starts one node (`script`: a fixture path, default RemoteNode); SIGKILLed when the scope closes, if still alive. */
+/** Starts one node (`script`: a fixture path, default RemoteNode); SIGKILLed when the scope closes, if still alive, and waited for. */
 export const spawnNode = (env: Record<string, string>, script: string = fixture): Effect.Effect<ChildNode, Error, Scope.Scope> =>
   Effect.gen(function*() {
     const lines = yield* Queue.unbounded<string>()
@@ -37,7 +37,12 @@ export const spawnNode = (env: Record<string, string>, script: string = fixture)
           stdio: ["pipe", "pipe", "inherit"]
         })
       ),
-      (child) => Effect.sync(() => void (child.exitCode === null && child.signalCode === null && child.kill("SIGKILL")))
+      // Waits for the exit (bounded), so what the test tears down after (its tables) is not
+      // still in use by the child.
+      (child) =>
+        child.exitCode !== null || child.signalCode !== null
+          ? Effect.void
+          : Effect.zipRight(Effect.sync(() => child.kill("SIGKILL")), Effect.ignore(Effect.timeout(Deferred.await(exited), Duration.seconds(5))))
     )
     child.on("exit", (code) => Deferred.unsafeDone(exited, Effect.succeed(code)))
     Readline.createInterface({ input: child.stdout! }).on("line", (line) => lines.unsafeOffer(line))

@@ -261,5 +261,8 @@ describe("failing handlers: a fault run", () => {
       }, 50, 120_000)
       expect(dead).toEqual(expectDead)
       expect([...new Set(processed)]).toEqual(expectDone)
+      // A dead-lettered message is not reported as confirmed: the producer's confirmations are
+      // exactly the processed messages.
+      expect([...confirmed].sort()).toEqual(expectDone.map((id) => `m-${id}`).sort())
     }).pipe(Effect.provide(ReliableSystem.layer().pipe(Layer.provideMerge(layerFaulty({ seed: 3, drop: 0.2, duplicate: 0.05 }))))))), 120_000)
 })

@@ -1,7 +1,8 @@
 /**
- * The durable lane of a point-to-point producer controller: durable operations run one at a
- * time, handshake operations (load, store, accept) before confirmations, and confirmations
- * coalesce to the highest watermark. Backend errors are retried under the queue retry policy;
+ * The durable lane of a point-to-point producer controller: handshake operations (load, store,
+ * accept, dead letter) run one at a time, and confirmations coalesce to the highest watermark
+ * and run beside them, one at a time, so a confirm of thousands of entries never holds up the
+ * next store (a queue keeps its own writes consistent when they overlap). Backend errors are retried under the queue retry policy;
  * `QueueFenced` and `QueueConflict` are terminal; an exhausted retry asks the controller to
  * restart and reload (see `internal/LaneRunner`).
  *
@@ -135,6 +136,7 @@ export const make = (options: DurableLaneOptions): DurableLane => {
     failed: options.failed,
     health: options.health,
     run,
+    concurrentDeferred: true,
     deferredIdleMs: ConfirmIdleMs,
     deferredMaxWaitMs: ConfirmMaxWaitMs,
     hasDeferred: () => confirmUpTo !== undefined,

@@ -24,7 +24,9 @@
  * writes (storing new messages, accepting stored ones above the cursor) run as single statements
  * that check the epoch and write atomically, one round trip each; anything they cannot settle (an
  * id stored before, a fenced writer, an unknown id, a late accept) falls back to the locked
- * transaction, which gives the authoritative answer.
+ * transaction, which gives the authoritative answer. The everyday confirm changes its entries
+ * holding the queue row only `FOR KEY SHARE`, so those single statements go on meanwhile
+ * (`confirmShared`).
  *
  * Compaction: a confirm drops the payloads of the accepted entries it confirms; the rows stay,
  * so every business id keeps answering `alreadyStored` (with an empty payload) after it was
@@ -35,7 +37,7 @@
  */
 import type { SqlClient } from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
-import type { Identifier } from "@effect/sql/Statement"
+import type { Fragment, Identifier } from "@effect/sql/Statement"
 import { Config, Effect, Either, Layer, Option } from "effect"
 import type { ConfigError } from "effect"
 import type {
@@ -396,40 +398,100 @@ const storeLocked = <E>(queue: Queue, epoch: QueueEpoch, command: StoreCommand, 
       return planned.results
     }))
 
+/** Rows for the single-statement store: `unnest(...) AS r(..., seq)` with seqs from 1, and the values to insert. */
+interface FastRows {
+  readonly count: number
+  readonly unnest: Fragment
+  readonly values: Fragment
+}
+
+/** The rows of a draft plan (any store): every column from its own array. */
+const plannedRows = (sql: SqlClient, appended: ReadonlyArray<StoredMessage>): FastRows => {
+  const rows = rowsOf(appended)
+  return {
+    count: rows.length,
+    unnest: sql`unnest(${pgRows(sql, rows, false)}) WITH ORDINALITY
+      AS r(business_id, part, part_count, payload, state, enqueued_at, trace, seq)`,
+    values: sql`r.business_id, r.part, r.part_count, r.payload, r.state, r.enqueued_at, r.trace`
+  }
+}
+
+/**
+ * The rows of whole messages with distinct ids (the everyday store), straight from the requests:
+ * no plan, no row objects, and what every row shares (part, part count, state, and the trace
+ * when none has one) is a constant of the statement. Undefined when two requests share an id.
+ */
+const wholeRows = (sql: SqlClient, requests: ReadonlyArray<StoreRequest>, state: number): FastRows | undefined => {
+  const count = requests.length
+  const ids = new Array<string>(count)
+  const payloads = new Array<Uint8Array>(count)
+  const ats = new Array<number | undefined>(count)
+  let traces: Array<string | undefined> | undefined
+  for (let index = 0; index < count; index++) {
+    const request = requests[index]
+    ids[index] = request.messageId
+    payloads[index] = request.payload
+    ats[index] = request.at
+    if (request.trace !== undefined) (traces ??= new Array<string | undefined>(count))[index] = request.trace
+  }
+  if (new Set(ids).size !== count) return undefined
+  const columns = sql`${pgTextArray(ids)}::text[], ${pgByteaArray(payloads)}::bytea[], ${pgInt8Array(ats)}::bigint[]`
+  return traces === undefined
+    ? {
+      count,
+      unnest: sql`unnest(${columns}) WITH ORDINALITY AS r(business_id, payload, enqueued_at, seq)`,
+      values: sql`r.business_id, 0, 0, r.payload, ${sql.literal(String(state))}, r.enqueued_at, NULL`
+    }
+    : {
+      count,
+      unnest: sql`unnest(${columns}, ${pgTextArray(Array.from(traces))}::text[]) WITH ORDINALITY
+        AS r(business_id, payload, enqueued_at, trace, seq)`,
+      values: sql`r.business_id, 0, 0, r.payload, ${sql.literal(String(state))}, r.enqueued_at, r.trace`
+    }
+}
+
 /**
  * PostgreSQL, one statement: assume every id is new, allocate the seqs and insert (and take the
  * ids out of the backlog), all guarded by the epoch. A stored id trips the unique index and the
  * statement writes nothing; a stale epoch matches no queue row. Either way `None` sends the
- * request to the locked path.
+ * request to the locked path. Whole messages with distinct ids (`whole`, stored in `state`) skip
+ * the draft plan: their answers are `newWholeResults`, which is what the plan would say.
  */
 const storeFast = <E>(
   queue: Queue,
   epoch: QueueEpoch,
   command: StoreCommand,
-  plan: Planner<E>
+  plan: Planner<E>,
+  whole: { readonly state: number } | undefined
 ): Effect.Effect<Option.Option<ReadonlyArray<StoreResult>>, SqlError> => {
   const { entries, name, queues, sql } = queue
-  const draft = plan(0, () => undefined)
-  if (Either.isLeft(draft) || draft.right.appended.length === 0) return Effect.succeedNone
-  const rows = rowsOf(draft.right.appended)
-  const count = draft.right.currentSeq
-  // The rows take seqs base + 1..count in order (the draft planned them from 0).
+  let rows = whole !== undefined && command._tag === "Whole" ? wholeRows(sql, command.requests, whole.state) : undefined
+  const answer = rows !== undefined && command._tag === "Whole"
+    ? (base: number) => Option.some(Rules.newWholeResults(base, command.requests))
+    : (base: number) => Option.map(Option.getRight(plan(base, () => undefined)), (planned) => planned.results)
+  if (rows === undefined) {
+    const draft = plan(0, () => undefined)
+    if (Either.isLeft(draft) || draft.right.appended.length === 0) return Effect.succeedNone
+    rows = plannedRows(sql, draft.right.appended)
+  }
+  const count = rows.count
+  if (count === 0) return Effect.succeedNone
+  // The rows take seqs base + 1..count in order.
   return sql<{ readonly base: number | string | null; readonly inserted: number | string }>`WITH q AS (
       UPDATE ${queues} SET current_seq = current_seq + ${count}
       WHERE name = ${name} AND epoch = ${epoch}
       RETURNING current_seq - ${count} AS base
     ), inserted AS (
       INSERT INTO ${entries} (queue, seq, business_id, part, part_count, payload, state, enqueued_at, trace)
-      SELECT ${name}, q.base + r.seq, r.business_id, r.part, r.part_count, r.payload, r.state, r.enqueued_at, r.trace
-      FROM q, unnest(${pgRows(sql, rows, false)}) WITH ORDINALITY
-        AS r(business_id, part, part_count, payload, state, enqueued_at, trace, seq)
+      SELECT ${name}, q.base + r.seq, ${rows.values}
+      FROM q, ${rows.unnest}
       RETURNING 1
     )${takeFromBacklogCte(queue.operators, Rules.backlogIds(command))}
     SELECT (SELECT base FROM q) AS base, (SELECT count(*) FROM inserted) AS inserted`.pipe(
     Effect.map((result) => {
       const row = result[0]
-      if (row === undefined || row.base === null || toNumber(row.inserted) !== rows.length) return Option.none()
-      return Option.map(Option.getRight(plan(toNumber(row.base), () => undefined)), (planned) => planned.results)
+      if (row === undefined || row.base === null || toNumber(row.inserted) !== count) return Option.none()
+      return answer(toNumber(row.base))
     }),
     Effect.catchIf(isFastPathMiss, () => Effect.succeedNone)
   )
@@ -440,13 +502,14 @@ const store = <E>(
   operation: string,
   epoch: QueueEpoch,
   command: StoreCommand,
-  plan: Planner<E>
+  plan: Planner<E>,
+  whole?: { readonly state: number }
 ): Effect.Effect<ReadonlyArray<StoreResult>, E | QueueFenced | QueueConflict | QueueRejected | QueueBackendError> => {
   const invalid = Rules.validateStore(command)
   if (invalid !== undefined) return Effect.fail(invalid)
   const run = queue.sql.onDialectOrElse({
     pg: () =>
-      Effect.flatMap(storeFast(queue, epoch, command, plan), (fast) =>
+      Effect.flatMap(storeFast(queue, epoch, command, plan, whole), (fast) =>
         Option.isSome(fast) ? Effect.succeed(fast.value) : storeLocked(queue, epoch, command, plan)),
     orElse: () => storeLocked(queue, epoch, command, plan)
   })
@@ -461,8 +524,14 @@ const storeWhole = (
   requests: ReadonlyArray<StoreRequest>,
   accept: boolean
 ) =>
-  store(queue, operation, epoch, { _tag: "Whole", requests }, (currentSeq, lookup) =>
-    (accept ? Rules.planWholeAccepted : Rules.planWhole)(currentSeq, lookup, requests))
+  store(
+    queue,
+    operation,
+    epoch,
+    { _tag: "Whole", requests },
+    (currentSeq, lookup) => (accept ? Rules.planWholeAccepted : Rules.planWhole)(currentSeq, lookup, requests),
+    { state: accept ? StateCode.Accepted : StateCode.Stored }
+  )
 
 const storeChunked = (
   queue: Queue,
@@ -570,11 +639,7 @@ const confirmRange = ({ entries, name, sql }: Queue, from: number, to: number) =
  * recent entries), and the late ones when `late_seq` says there are some. Then the low mark moves
  * up, and the cursor with the confirm.
  */
-const confirm = (
-  queue: Queue,
-  epoch: QueueEpoch,
-  upToSeq: number
-): Effect.Effect<void, QueueFenced | QueueConflict | QueueBackendError> => {
+const confirmLocked = (queue: Queue, epoch: QueueEpoch, upToSeq: number) => {
   const { entries, name, queues, sql } = queue
   return locked(queue, epoch, (head) =>
     Effect.gen(function*() {
@@ -592,8 +657,64 @@ const confirm = (
       yield* sql`UPDATE ${queues} SET confirmed_seq = ${lowMarkFrom(queue, head.lowMark)},
         confirm_cursor = ${Math.max(head.cursor, upTo)}, late_seq = ${lateSeq ?? null}
         WHERE name = ${name}`
-    })).pipe(mapSqlError("confirm"))
+    }))
 }
+
+/** The shared confirm met what only the locked one settles: a late entry, or a changed epoch. */
+const useLocked = { _tag: "UseLocked" } as const
+
+/**
+ * PostgreSQL, the everyday confirm, without keeping the queue's stores waiting while thousands of
+ * entries change: the queue row is only `FOR KEY SHARE` locked, which keeps out every writer that
+ * locks it `FOR UPDATE` (the locked paths, a dead letter, another confirm) but not the
+ * single-statement stores and accepts, nor a `load`. Those can only append entries above the
+ * highest seq read here, accept stored entries, or take the next epoch; so the low mark is taken
+ * from what was read, an entry still open in the confirmed range (stored, or accepted meanwhile)
+ * makes it lock the row and confirm the range again, and the cursor moves only if the epoch still
+ * holds. Late entries, or a new epoch, roll it back to `confirmLocked`.
+ */
+const confirmShared = (queue: Queue, epoch: QueueEpoch, upToSeq: number) => {
+  const { entries, name, queues, sql } = queue
+  return transaction(
+    sql,
+    Effect.gen(function*() {
+      const head = decodeHead(yield* sql<HeadRow>`SELECT ${sql.literal(headColumns)} FROM ${queues} WHERE name = ${name} FOR KEY SHARE`)
+      const fenced = Rules.checkEpoch(head.epoch, epoch)
+      if (fenced !== undefined) return yield* fenced
+      const upTo = yield* Rules.planConfirm(head.currentSeq, head.lowMark, upToSeq)
+      if (upTo === undefined) return
+      if (head.lateSeq !== undefined && head.lateSeq <= upTo) return yield* Effect.fail(useLocked)
+      const from = Math.max(head.cursor, head.lowMark) + 1
+      yield* confirmRange(queue, from, upTo)
+      const open = yield* sql<{ readonly seq: number | string }>`SELECT seq FROM ${entries}
+        WHERE queue = ${name} AND seq > ${head.lowMark} AND state IN (${StateCode.Stored}, ${StateCode.Accepted})
+        ORDER BY seq LIMIT 1`
+      const lowMark = open.length === 0 ? head.currentSeq : Math.min(toNumber(open[0].seq) - 1, head.currentSeq)
+      if (lowMark < upTo) {
+        // An entry of the range may be accepted right now: with the row locked no accept can be.
+        yield* sql`SELECT 1 FROM ${queues} WHERE name = ${name} FOR UPDATE`
+        yield* confirmRange(queue, from, upTo)
+      }
+      const moved = yield* sql`UPDATE ${queues} SET confirmed_seq = ${lowMark}, confirm_cursor = ${Math.max(head.cursor, upTo)}
+        WHERE name = ${name} AND epoch = ${epoch} RETURNING 1`
+      if (moved.length === 0) return yield* Effect.fail(useLocked)
+    })
+  )
+}
+
+const confirm = (
+  queue: Queue,
+  epoch: QueueEpoch,
+  upToSeq: number
+): Effect.Effect<void, QueueFenced | QueueConflict | QueueBackendError> =>
+  queue.sql.onDialectOrElse({
+    pg: () =>
+      Effect.catchAll(confirmShared(queue, epoch, upToSeq), (error) =>
+        error._tag === "UseLocked" || (error._tag === "SqlError" && isFastPathMiss(error))
+          ? confirmLocked(queue, epoch, upToSeq)
+          : Effect.fail(error)),
+    orElse: () => confirmLocked(queue, epoch, upToSeq)
+  }).pipe(mapSqlError("confirm"))
 
 // ---- dead letters ----------------------------------------------------------------------------
 

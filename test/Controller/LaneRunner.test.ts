@@ -124,6 +124,26 @@ describe("LaneRunner", () => {
       expect(log).toEqual(["2 c1", "3 c2", "10 s1"])
     }))
 
+  it.scoped("paced concurrent deferred work waits for a pause or the longest wait, then runs beside an operation", () =>
+    Effect.gen(function*() {
+      const { defer, log, runner } = yield* harness({ concurrent: true, idleMs: 5, maxWaitMs: 20 })
+      // one 30 ms store: the lane is busy throughout, so c1 waits its longest wait and then runs
+      // beside the store instead of after it
+      runner.enqueue({ name: "s1", millis: 30 })
+      yield* step(1)
+      defer("c1")
+      for (let t = 0; t < 35; t++) yield* step(1)
+      // s1 ended at 30: c2, deferred at 36, finds the lane paused long enough and runs at once
+      defer("c2")
+      for (let t = 0; t < 10; t++) yield* step(1)
+      // c3, deferred while s2 runs, waits for the 5 ms pause after s2 (ended at 51)
+      runner.enqueue({ name: "s2", millis: 5 })
+      yield* step(1)
+      defer("c3")
+      for (let t = 0; t < 15; t++) yield* step(1)
+      expect(log).toEqual(["22 c1", "30 s1", "37 c2", "51 s2", "57 c3"])
+    }))
+
   it.effect("retrying: the first attempt runs bare; a failure is retried after the interval, up to the attempts", () =>
     Effect.gen(function*() {
       let calls = 0

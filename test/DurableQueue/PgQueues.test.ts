@@ -81,6 +81,33 @@ const suites = () => {
         expect(loaded.state.unconfirmed.map((entry) => entry.messageId)).toEqual(accepted)
       }))
 
+    it.scopedLive("a confirm racing an accept of an entry in its range: the entry ends confirmed, or loaded to be confirmed later", () =>
+      Effect.gen(function*() {
+        const other = Context.get(yield* Layer.build(pgClientLayer()), PgClient.PgClient)
+        const message = (id: string) => ({ messageId: id, payload: bytes(id) })
+        for (let round = 0; round < 8; round++) {
+          const queueName = `confirm-race-${uniqueSuffix()}`
+          const queue = yield* buildProducer(client, queueName)
+          // the accept runs on a pool of its own, so it really overlaps the confirm
+          const accepting = yield* buildProducer(pgClientLayer(), queueName)
+          const { epoch } = yield* queue.load
+          const early = Array.from({ length: 300 }, (_, i) => `a${i}`)
+          const later = Array.from({ length: 300 }, (_, i) => `b${i}`)
+          yield* queue.storeAccepted!(epoch, early.map(message))
+          yield* queue.store(epoch, message("held"))
+          yield* queue.storeAccepted!(epoch, later.map(message))
+          yield* Effect.all([queue.confirm(epoch, 601), Effect.delay(accepting.accept(epoch, "held"), Duration.millis(round))], {
+            concurrency: "unbounded"
+          })
+          const { state } = yield* queue.load
+          const rows = yield* other<{ readonly state: number }>`SELECT state FROM ${other(`${tablePrefix}producer_entries`)}
+            WHERE queue = ${queueName} AND business_id = 'held'`
+          const loaded = state.unconfirmed.map((entry) => entry.messageId)
+          expect(loaded.filter((id) => id !== "held")).toEqual([])
+          expect(rows[0].state === 2 || loaded.includes("held")).toBe(true)
+        }
+      }))
+
     it.scoped("two independently built work queues (two pools) on one queue name fence each other", () =>
       Effect.gen(function*() {
         const queueName = `shared-${uniqueSuffix()}`

@@ -74,7 +74,8 @@ export interface RunnerOptions<Op> {
   /**
    * Deferred work runs beside the handshake operations (still one deferred operation at a time)
    * instead of waiting for the lane to be free; default false. For work no handshake operation
-   * waits on, such as work-queue confirmations, on a queue whose writes may overlap.
+   * waits on, such as confirmations, on a queue whose writes may overlap. It keeps the pace that
+   * `deferredIdleMs` and `deferredMaxWaitMs` set.
    */
   readonly concurrentDeferred?: boolean
 }
@@ -273,8 +274,8 @@ export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
   let deferredSince: number | undefined
   /** When an operation last started or ended: the lane has paused since then. */
   let lastActive = 0
-  /** A fiber sleeps until deferred work may be due; it is never interrupted, only re-armed. */
-  let timerArmed = false
+  /** When the earliest sleeping fiber wakes to look at deferred work again (never interrupted). */
+  let wakeDue: number | undefined
   /** Shutting down: deferred work runs at once. */
   let draining = false
   const quiet = new Signal()
@@ -296,6 +297,7 @@ export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
   }
 
   const runBeside = (): void => {
+    deferredSince = undefined
     const op = options.takeDeferred()
     if (op === undefined) return
     deferredBusy = true
@@ -316,13 +318,41 @@ export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
     if (isQuiet()) quiet.fire()
   }
 
+  /**
+   * Looks again at `due`: one sleeping fiber per pause, not one per operation (a fiber asleep
+   * until then or earlier will do; one that would wake later does not).
+   */
+  const wakeAt = (due: number, time: number): void => {
+    if (wakeDue !== undefined && wakeDue <= due) return
+    wakeDue = due
+    options.runFork(Effect.flatMap(Effect.sleep(Duration.millis(due - time)), () =>
+      Effect.sync(() => {
+        if (wakeDue === due) wakeDue = undefined
+        next()
+      })))
+  }
+
+  /**
+   * Beside the handshake operations, deferred work keeps the same pace as on a one-at-a-time
+   * lane (a pause of `idleMs`, at most `maxWaitMs`), only it no longer waits for the running
+   * operation to end.
+   */
+  const advanceConcurrent = (): void => {
+    if (!busy && ops.length > 0) run(ops.shift()!)
+    if (deferredBusy) return
+    if (idleMs <= 0 || draining) return runBeside()
+    if (options.hasDeferred?.() !== true) return
+    const time = now()
+    deferredSince ??= time
+    // A running operation is no pause: only the longest wait can make the work due meanwhile.
+    const due = busy ? deferredSince + maxWaitMs : Math.min(lastActive + idleMs, deferredSince + maxWaitMs)
+    if (time >= due) return runBeside()
+    wakeAt(due, time)
+  }
+
   const advance = (): void => {
     if (dead) return
-    if (options.concurrentDeferred === true) {
-      if (!busy && ops.length > 0) run(ops.shift()!)
-      if (!deferredBusy) runBeside()
-      return
-    }
+    if (options.concurrentDeferred === true) return advanceConcurrent()
     if (busy) return
     if (idleMs <= 0 || draining) return ops.length > 0 ? run(ops.shift()!) : runDeferred()
     if (options.hasDeferred?.() !== true) return ops.length > 0 ? run(ops.shift()!) : undefined
@@ -333,14 +363,7 @@ export const make = <Op>(options: RunnerOptions<Op>): Runner<Op> => {
     if (ops.length > 0) return time >= deferredSince + maxWaitMs ? runDeferred() : run(ops.shift()!)
     const due = Math.min(lastActive + idleMs, deferredSince + maxWaitMs)
     if (time >= due) return runDeferred()
-    if (timerArmed) return
-    // One sleeping fiber per pause, not one per operation: it looks again when it wakes.
-    timerArmed = true
-    options.runFork(Effect.flatMap(Effect.sleep(Duration.millis(due - time)), () =>
-      Effect.sync(() => {
-        timerArmed = false
-        next()
-      })))
+    wakeAt(due, time)
   }
 
   const drain: Effect.Effect<void> = Effect.suspend(() => {

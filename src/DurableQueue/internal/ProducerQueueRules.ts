@@ -257,6 +257,26 @@ export const planWholeAccepted = (
   return Either.right({ results, appended, currentSeq: seq, accepts })
 }
 
+/**
+ * The results `planWhole` and `planWholeAccepted` give when every request's id is new and no two
+ * are the same: each appended at the next seq from `currentSeq`. For a store that wrote its rows
+ * without a plan.
+ */
+export const newWholeResults = (currentSeq: number, requests: ReadonlyArray<StoreRequest>): ReadonlyArray<StoreResult> => {
+  const results = new Array<StoreResult>(requests.length)
+  for (let index = 0; index < requests.length; index++) {
+    const request = requests[index]
+    results[index] = {
+      messageId: request.messageId,
+      entries: [makeEntry(currentSeq + index + 1, request.messageId, request.payload, undefined, detailsOf(request))],
+      alreadyStored: false,
+      accepted: false,
+      deadLettered: false
+    }
+  }
+  return results
+}
+
 /** Plans one chunked batch (`storeChunked`): an id stored before returns its first write. */
 export const planChunked = (
   currentSeq: number,

@@ -660,6 +660,32 @@ const confirmLocked = (queue: Queue, epoch: QueueEpoch, upToSeq: number) => {
     }))
 }
 
+/**
+ * Confirms the accepted entries in [from, to] (see `confirmRange`) and counts them; `above` is
+ * the first stored or accepted entry above `to` (the statement's snapshot: none of those change).
+ */
+const confirmRun = ({ entries, name, sql }: Queue, from: number, to: number) =>
+  Effect.map(
+    sql<{ readonly confirmed: number | string; readonly above: number | string | null }>`WITH c AS (
+        UPDATE ${entries} SET state = ${StateCode.Confirmed}, payload = ${toParam(emptyBytes)}
+        WHERE queue = ${name} AND seq >= ${from} AND seq <= ${to} AND state = ${StateCode.Accepted}
+        RETURNING 1
+      )
+      SELECT (SELECT count(*) FROM c) AS confirmed,
+        (SELECT seq FROM ${entries} WHERE queue = ${name} AND seq > ${to}
+          AND state IN (${StateCode.Stored}, ${StateCode.Accepted}) ORDER BY seq LIMIT 1) AS above`,
+    (rows) => ({ confirmed: toNumber(rows[0].confirmed), above: rows[0].above === null ? undefined : toNumber(rows[0].above) })
+  )
+
+/** The first stored or accepted entry above `after`, if any. */
+const firstOpen = ({ entries, name, sql }: Queue, after: number) =>
+  Effect.map(
+    sql<{ readonly seq: number | string }>`SELECT seq FROM ${entries}
+      WHERE queue = ${name} AND seq > ${after} AND state IN (${StateCode.Stored}, ${StateCode.Accepted})
+      ORDER BY seq LIMIT 1`,
+    (rows) => rows.length === 0 ? undefined : toNumber(rows[0].seq)
+  )
+
 /** The shared confirm met what only the locked one settles: a late entry, or a changed epoch. */
 const useLocked = { _tag: "UseLocked" } as const
 
@@ -674,7 +700,7 @@ const useLocked = { _tag: "UseLocked" } as const
  * holds. Late entries, or a new epoch, roll it back to `confirmLocked`.
  */
 const confirmShared = (queue: Queue, epoch: QueueEpoch, upToSeq: number) => {
-  const { entries, name, queues, sql } = queue
+  const { name, queues, sql } = queue
   return transaction(
     sql,
     Effect.gen(function*() {
@@ -685,11 +711,11 @@ const confirmShared = (queue: Queue, epoch: QueueEpoch, upToSeq: number) => {
       if (upTo === undefined) return
       if (head.lateSeq !== undefined && head.lateSeq <= upTo) return yield* Effect.fail(useLocked)
       const from = Math.max(head.cursor, head.lowMark) + 1
-      yield* confirmRange(queue, from, upTo)
-      const open = yield* sql<{ readonly seq: number | string }>`SELECT seq FROM ${entries}
-        WHERE queue = ${name} AND seq > ${head.lowMark} AND state IN (${StateCode.Stored}, ${StateCode.Accepted})
-        ORDER BY seq LIMIT 1`
-      const lowMark = open.length === 0 ? head.currentSeq : Math.min(toNumber(open[0].seq) - 1, head.currentSeq)
+      const ran = yield* confirmRun(queue, from, upTo)
+      // Everyday: the range starts right above the low mark and every entry in it was accepted,
+      // so all below `upTo` is finished and the first open entry is the one found above it.
+      const open = from === head.lowMark + 1 && ran.confirmed === upTo - from + 1 ? ran.above : yield* firstOpen(queue, head.lowMark)
+      const lowMark = open === undefined ? head.currentSeq : Math.min(open - 1, head.currentSeq)
       if (lowMark < upTo) {
         // An entry of the range may be accepted right now: with the row locked no accept can be.
         yield* sql`SELECT 1 FROM ${queues} WHERE name = ${name} FOR UPDATE`

@@ -189,10 +189,19 @@ export const sqliteSenders = (fibers: number, perFiber: number, solo: number) =>
 export const memorySenders = (fibers: number, perFiber: number, solo: number) =>
   Effect.provide(senders({ backend: "memory transport (no queue)", fibers, perFiber, solo, ceiling: true }, Effect.succeed(undefined)), system)
 
+/** Memory at one point of a run: RSS, then the heap in use after a full collection. */
+interface MemorySample {
+  readonly rss: number
+  readonly heapAfterGc: number
+}
+
+const sampleMemory = (): MemorySample => ({ rss: process.memoryUsage().rss / 1048576, heapAfterGc: heapAfterGcMiB() ?? NaN })
+
 /**
  * `enqueue` on a durable PostgreSQL producer with no consumer: `fibers` fibers each enqueueing one
- * message at a time (group commit shares their transactions). RSS and the heap after a full GC
- * are sampled at a tenth and at the end.
+ * message at a time (group commit shares their transactions). Memory is sampled at a tenth and at
+ * each quarter: RSS (V8 sizes its heap to the garbage 1,000 waiting senders leave behind, and
+ * keeps it after collecting), and the heap in use after a full collection, what the process keeps.
  */
 export const postgresEnqueue = (messages: number, fibers: number) =>
   onPostgres((tablePrefix) =>
@@ -202,26 +211,20 @@ export const postgresEnqueue = (messages: number, fibers: number) =>
       const perFiber = messages / fibers
       const quarter = messages / 4
       let enqueued = 0
-      let heapAtTenth = 0
-      // RSS at a tenth and at each quarter: the process grows to its working size in the first
-      // quarter or so (V8 sizes its heap to the garbage 1,000 waiting senders leave), then stays.
-      const rss: Array<number> = []
-      const rssNow = () => process.memoryUsage().rss / 1048576
+      const samples: Array<MemorySample> = []
       const started = performance.now()
       yield* Effect.forEach(Array.from({ length: fibers }, (_, fiber) => fiber), (fiber) =>
         Effect.gen(function*() {
           for (let index = 0; index < perFiber; index++) {
             yield* producer.enqueue(order(fiber * perFiber + index))
-            if (++enqueued === messages / 10) {
-              rss.push(rssNow())
-              heapAtTenth = heapAfterGcMiB() ?? 0
-            }
-            if (enqueued % quarter === 0) rss.push(rssNow())
+            if (++enqueued === messages / 10 || enqueued % quarter === 0) samples.push(sampleMemory())
           }
         }), { concurrency: "unbounded", discard: true })
       const seconds = (performance.now() - started) / 1000
-      const heap = heapAfterGcMiB()
       const points = [messages / 10, quarter, 2 * quarter, 3 * quarter, messages]
+      const at = (pick: (sample: MemorySample) => number, digits = 0) =>
+        points.map((point, index) => `${format(point)}: ${format(samples[index] === undefined ? NaN : pick(samples[index]), digits)}`).join(", ")
+      const last = samples[samples.length - 1]
       return {
         name: `enqueue with no consumer, ${fibers} fibers one at a time, durable PostgreSQL, ${format(messages)} msgs`,
         messages,
@@ -229,9 +232,8 @@ export const postgresEnqueue = (messages: number, fibers: number) =>
         rate: messages / seconds,
         unit: "msgs/s",
         peakRssMiB: peakRssMiB(),
-        ...(heap === undefined ? {} : { heapAfterGcMiB: heap }),
-        note: `RSS MiB at ${points.map((point, index) => `${format(point)}: ${format(rss[index] ?? NaN)}`).join(", ")}; ` +
-          `heap after GC at ${format(messages / 10)}: ${format(heapAtTenth, 1)} MiB, at the end: ${format(heap ?? NaN, 1)} MiB`
+        ...(last === undefined ? {} : { heapAfterGcMiB: last.heapAfterGc }),
+        note: `RSS MiB at ${at((sample) => sample.rss)}; heap after a full GC, MiB: ${at((sample) => sample.heapAfterGc, 1)}`
       } satisfies Row
     }).pipe(Effect.scoped))
 

@@ -145,13 +145,15 @@ const bareWaits = (fibers: number, perFiber: number, grant: number) =>
   })
 
 /**
- * The best ratio to one sender this shape can reach on Effect's fiber runtime: each of the many
- * senders' messages costs what one sender's does plus at least one bare suspend and resume.
+ * What the fiber runtime's waits alone leave of one sender's rate: the ratio if each of the many
+ * senders' messages cost what one sender's does (the consumer's share of it is the same for
+ * both) plus one bare suspend and resume. An estimate of the ceiling, not a bound: a waiting
+ * sender's message joins a batch, which makes the producer's share a little cheaper.
  */
 const ceilingNote = (soloRate: number, options: SendersOptions) =>
   Effect.map(bareWaits(options.fibers, options.perFiber, Window / 2), (waitMicros) => {
     const soloMicros = 1e6 / soloRate
-    return `; the fiber runtime alone allows ${format(soloMicros / (soloMicros + waitMicros), 2)}x ` +
+    return `; with one bare wait per message on top of one sender's cost: ${format(soloMicros / (soloMicros + waitMicros), 2)}x ` +
       `(a bare Effect.async wait of ${options.fibers.toLocaleString("en")} fibers: ${format(waitMicros, 2)} µs, one sender: ${format(soloMicros, 2)} µs per message)`
   })
 

@@ -145,13 +145,15 @@ const bareWaits = (fibers: number, perFiber: number, grant: number) =>
   })
 
 /**
- * The best ratio to one sender this shape can reach on Effect's fiber runtime: each of the many
- * senders' messages costs what one sender's does plus at least one bare suspend and resume.
+ * What the fiber runtime's waits alone leave of one sender's rate: the ratio if each of the many
+ * senders' messages cost what one sender's does (the consumer's share of it is the same for
+ * both) plus one bare suspend and resume. An estimate of the ceiling, not a bound: a waiting
+ * sender's message joins a batch, which makes the producer's share a little cheaper.
  */
 const ceilingNote = (soloRate: number, options: SendersOptions) =>
   Effect.map(bareWaits(options.fibers, options.perFiber, Window / 2), (waitMicros) => {
     const soloMicros = 1e6 / soloRate
-    return `; the fiber runtime alone allows ${format(soloMicros / (soloMicros + waitMicros), 2)}x ` +
+    return `; with one bare wait per message on top of one sender's cost: ${format(soloMicros / (soloMicros + waitMicros), 2)}x ` +
       `(a bare Effect.async wait of ${options.fibers.toLocaleString("en")} fibers: ${format(waitMicros, 2)} µs, one sender: ${format(soloMicros, 2)} µs per message)`
   })
 
@@ -189,10 +191,19 @@ export const sqliteSenders = (fibers: number, perFiber: number, solo: number) =>
 export const memorySenders = (fibers: number, perFiber: number, solo: number) =>
   Effect.provide(senders({ backend: "memory transport (no queue)", fibers, perFiber, solo, ceiling: true }, Effect.succeed(undefined)), system)
 
+/** Memory at one point of a run: RSS, then the heap in use after a full collection. */
+interface MemorySample {
+  readonly rss: number
+  readonly heapAfterGc: number
+}
+
+const sampleMemory = (): MemorySample => ({ rss: process.memoryUsage().rss / 1048576, heapAfterGc: heapAfterGcMiB() ?? NaN })
+
 /**
  * `enqueue` on a durable PostgreSQL producer with no consumer: `fibers` fibers each enqueueing one
- * message at a time (group commit shares their transactions). RSS and the heap after a full GC
- * are sampled at a tenth and at the end.
+ * message at a time (group commit shares their transactions). Memory is sampled at a tenth and at
+ * each quarter: RSS (V8 sizes its heap to the garbage 1,000 waiting senders leave behind, and
+ * keeps it after collecting), and the heap in use after a full collection, what the process keeps.
  */
 export const postgresEnqueue = (messages: number, fibers: number) =>
   onPostgres((tablePrefix) =>
@@ -202,26 +213,20 @@ export const postgresEnqueue = (messages: number, fibers: number) =>
       const perFiber = messages / fibers
       const quarter = messages / 4
       let enqueued = 0
-      let heapAtTenth = 0
-      // RSS at a tenth and at each quarter: the process grows to its working size in the first
-      // quarter or so (V8 sizes its heap to the garbage 1,000 waiting senders leave), then stays.
-      const rss: Array<number> = []
-      const rssNow = () => process.memoryUsage().rss / 1048576
+      const samples: Array<MemorySample> = []
       const started = performance.now()
       yield* Effect.forEach(Array.from({ length: fibers }, (_, fiber) => fiber), (fiber) =>
         Effect.gen(function*() {
           for (let index = 0; index < perFiber; index++) {
             yield* producer.enqueue(order(fiber * perFiber + index))
-            if (++enqueued === messages / 10) {
-              rss.push(rssNow())
-              heapAtTenth = heapAfterGcMiB() ?? 0
-            }
-            if (enqueued % quarter === 0) rss.push(rssNow())
+            if (++enqueued === messages / 10 || enqueued % quarter === 0) samples.push(sampleMemory())
           }
         }), { concurrency: "unbounded", discard: true })
       const seconds = (performance.now() - started) / 1000
-      const heap = heapAfterGcMiB()
       const points = [messages / 10, quarter, 2 * quarter, 3 * quarter, messages]
+      const at = (pick: (sample: MemorySample) => number, digits = 0) =>
+        points.map((point, index) => `${format(point)}: ${format(samples[index] === undefined ? NaN : pick(samples[index]), digits)}`).join(", ")
+      const last = samples[samples.length - 1]
       return {
         name: `enqueue with no consumer, ${fibers} fibers one at a time, durable PostgreSQL, ${format(messages)} msgs`,
         messages,
@@ -229,9 +234,8 @@ export const postgresEnqueue = (messages: number, fibers: number) =>
         rate: messages / seconds,
         unit: "msgs/s",
         peakRssMiB: peakRssMiB(),
-        ...(heap === undefined ? {} : { heapAfterGcMiB: heap }),
-        note: `RSS MiB at ${points.map((point, index) => `${format(point)}: ${format(rss[index] ?? NaN)}`).join(", ")}; ` +
-          `heap after GC at ${format(messages / 10)}: ${format(heapAtTenth, 1)} MiB, at the end: ${format(heap ?? NaN, 1)} MiB`
+        ...(last === undefined ? {} : { heapAfterGcMiB: last.heapAfterGc }),
+        note: `RSS MiB at ${at((sample) => sample.rss)}; heap after a full GC, MiB: ${at((sample) => sample.heapAfterGc, 1)}`
       } satisfies Row
     }).pipe(Effect.scoped))
 

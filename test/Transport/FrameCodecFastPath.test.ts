@@ -136,10 +136,11 @@ describe("SequencedMessage header without a generic JSON pass", () => {
     const decode = makeBodyDecoder()
     const address = { node: "127.0.0.1:1", endpoint: "e", incarnation: "i" }
     const frame = encodeFrame({ from: address, to: address, message: { _tag: "SequencedMessage", sessionId: "s", messageId: "m\\x", seq: 3, payload: new Uint8Array([1]) } })
-    const reordered = Buffer.from(JSON.stringify({ seq: 3, messageId: "m\\x", sessionId: "s", _tag: "SequencedMessage" }))
-    expect(readHeader(reordered, 0, reordered.length)).toBeUndefined()
-    const bytes = Buffer.alloc(frame.size - frame.message.length + reordered.length)
-    writeFrame(bytes, 0, { ...frame, message: reordered, size: frame.size - frame.message.length + reordered.length })
+    const reordered = JSON.stringify({ seq: 3, messageId: "m\\x", sessionId: "s", _tag: "SequencedMessage" })
+    expect(readHeader(Buffer.from(reordered), 0, reordered.length)).toBeUndefined()
+    const size = frame.size - frame.messageBytes + reordered.length
+    const bytes = Buffer.alloc(size)
+    writeFrame(bytes, 0, { ...frame, message: reordered, messageBytes: reordered.length, size })
     const decoded: Array<unknown> = []
     new FrameReader(1 << 20).push(bytes, (buffer, start, end, owned) => decoded.push(decode(buffer, start, end, owned)?.message))
     expect(decoded).toEqual([{ _tag: "SequencedMessage", sessionId: "s", messageId: "m\\x", seq: 3, payload: new Uint8Array([1]) }])

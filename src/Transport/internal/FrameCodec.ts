@@ -31,11 +31,18 @@ export const LengthPrefixBytes = 4
 const decodeWireMessage = Schema.decodeUnknownEither(WireMessage)
 const decodeAddress = Schema.decodeUnknownEither(ControllerAddress)
 
-/** An envelope ready to be copied into a write batch; `size` includes the length prefix. */
+/**
+ * An envelope ready to be copied into a write batch; `size` includes the length prefix. The
+ * message stays a string until it is written straight into the batch: a buffer of its own per
+ * frame would be one more allocation and copy per message.
+ */
 export interface EncodedFrame {
   readonly from: Buffer
   readonly to: Buffer
-  readonly message: Buffer
+  /** The message's JSON (without its payload). */
+  readonly message: string
+  /** Its length in UTF-8. */
+  readonly messageBytes: number
   readonly payload: Uint8Array | undefined
   readonly size: number
 }
@@ -59,21 +66,22 @@ export const encodeFrame = (envelope: Envelope): EncodedFrame => {
   const to = encodeAddress(envelope.to)
   // Values built by this library are typed and trusted (see WireMessage.ts), so the send side
   // skips a Schema encode: for these JSON-safe messages it would only re-check them.
-  let message: Buffer
+  let message: string
   let payload: Uint8Array | undefined
   if (envelope.message._tag === "SequencedMessage" && envelope.message.attempt === undefined && envelope.message.trace === undefined) {
     // The hot path: a fixed layout the reader recognises without a generic JSON pass (a retried
     // job's attempt number and a sampled sender's trace context go the generic way).
-    message = Buffer.from(writeHeader(envelope.message))
+    message = writeHeader(envelope.message)
     payload = envelope.message.payload
   } else {
     // Any other message that carries bytes carries them in `payload`, like SequencedMessage.
     const { payload: bytes, ...rest } = envelope.message as { readonly payload?: Uint8Array }
-    message = Buffer.from(JSON.stringify(bytes === undefined ? envelope.message : rest))
+    message = JSON.stringify(bytes === undefined ? envelope.message : rest)
     payload = bytes
   }
-  const body = 13 + from.length + to.length + message.length + (payload === undefined ? 0 : payload.length)
-  return { from, to, message, payload, size: LengthPrefixBytes + body }
+  const messageBytes = Buffer.byteLength(message, "utf8")
+  const body = 13 + from.length + to.length + messageBytes + (payload === undefined ? 0 : payload.length)
+  return { from, to, message, messageBytes, payload, size: LengthPrefixBytes + body }
 }
 
 /** The announced body length of an encoded frame. */
@@ -88,9 +96,8 @@ export const writeFrame = (out: Buffer, offset: number, frame: EncodedFrame): nu
   at = out.writeUInt32BE(frame.to.length, at)
   out.set(frame.to, at)
   at += frame.to.length
-  at = out.writeUInt32BE(frame.message.length, at)
-  out.set(frame.message, at)
-  at += frame.message.length
+  at = out.writeUInt32BE(frame.messageBytes, at)
+  at += out.write(frame.message, at, frame.messageBytes, "utf8")
   at = out.writeUInt8(frame.payload === undefined ? 0 : 1, at)
   if (frame.payload !== undefined) {
     out.set(frame.payload, at)

@@ -61,8 +61,14 @@ type StoreItem = StoreAction["items"][number]
 /** What comes with a message's store: where it came from, its send time and trace. */
 const storeOptions = (item: StoreItem): StoreOptions => ({ fromBacklog: item.fromBacklog, at: item.at, trace: item.trace })
 
-/** A whole message's store request. */
-const wholeRequest = (item: StoreItem): StoreRequest => ({ messageId: item.messageId, payload: item.chunks[0], ...storeOptions(item) })
+/** A whole message's store request (one object per message: no options object spread into it). */
+const wholeRequest = (item: StoreItem): StoreRequest => ({
+  messageId: item.messageId,
+  payload: item.chunks[0],
+  fromBacklog: item.fromBacklog,
+  at: item.at,
+  trace: item.trace
+})
 
 export const make = (options: DurableLaneOptions): DurableLane => {
   const { queue } = options

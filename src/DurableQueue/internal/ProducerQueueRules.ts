@@ -266,9 +266,17 @@ export const newWholeResults = (currentSeq: number, requests: ReadonlyArray<Stor
   const results = new Array<StoreResult>(requests.length)
   for (let index = 0; index < requests.length; index++) {
     const request = requests[index]
+    // What makeEntry builds from detailsOf(request), without that object.
+    const entry: { -readonly [K in keyof StoredEntry]: StoredEntry[K] } = {
+      seq: currentSeq + index + 1,
+      messageId: request.messageId,
+      payload: request.payload
+    }
+    if (request.at !== undefined) entry.at = request.at
+    if (request.trace !== undefined) entry.trace = request.trace
     results[index] = {
       messageId: request.messageId,
-      entries: [makeEntry(currentSeq + index + 1, request.messageId, request.payload, undefined, detailsOf(request))],
+      entries: [entry],
       alreadyStored: false,
       accepted: false,
       deadLettered: false

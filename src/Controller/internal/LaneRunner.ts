@@ -1,8 +1,9 @@
 /**
  * The one-at-a-time runner under every durable lane (producer queue and work queue): handshake
- * operations (load, store, accept) run in submission order and before the lane's deferred work
- * (coalesced confirmations); every queue call has a timeout and is retried under the queue retry
- * policy; `QueueFenced` and `QueueConflict` are terminal.
+ * operations (load, store, accept) run one at a time in submission order, and the lane's deferred
+ * work (coalesced confirmations) either after them or, with `concurrentDeferred`, beside them;
+ * every queue call has a timeout and is retried under the queue retry policy; `QueueFenced` and
+ * `QueueConflict` are terminal.
  *
  * Backend trouble never makes a flow terminal. A call that still fails after its retries makes
  * the endpoint degraded (one event) and asks the controller to restart; the new controller's

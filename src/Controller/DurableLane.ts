@@ -2,9 +2,9 @@
  * The durable lane of a point-to-point producer controller: handshake operations (load, store,
  * accept, dead letter) run one at a time, and confirmations coalesce to the highest watermark
  * and run beside them, one at a time, so a confirm of thousands of entries never holds up the
- * next store (a queue keeps its own writes consistent when they overlap). Backend errors are retried under the queue retry policy;
- * `QueueFenced` and `QueueConflict` are terminal; an exhausted retry asks the controller to
- * restart and reload (see `internal/LaneRunner`).
+ * next store (a queue keeps its own writes consistent when they overlap). Backend errors are
+ * retried under the queue retry policy; `QueueFenced` and `QueueConflict` are terminal; an
+ * exhausted retry asks the controller to restart and reload (see `internal/LaneRunner`).
  *
  * A store the producer acknowledged with its produce (`accept`) runs as the queue's
  * `storeAccepted`, one transaction, when the queue has it and no message is chunked; otherwise

@@ -485,6 +485,9 @@ const onConfirm = (s: Draft, id: number, now: number, out: Out): void => {
   advance(s, now, out)
 }
 
+/** No hand-outs: shared, as the state's arrays are never changed in place (the usual point-to-point state between messages). */
+const noHandOuts: ReadonlyArray<HandOut> = []
+
 /**
  * Confirms the done prefix of the hand-outs. Demand is topped up to a whole window once half the
  * window is used, and whenever the consumer has nothing left to work on (the Request confirms
@@ -495,9 +498,6 @@ const onConfirm = (s: Draft, id: number, now: number, out: Out): void => {
  * it can. `confirmedHead` is 1 when the oldest hand-out was just confirmed without being marked
  * done.
  */
-/** No hand-outs: shared, as the state's arrays are never changed in place (the usual point-to-point state between messages). */
-const noHandOuts: ReadonlyArray<HandOut> = []
-
 const advance = (s: Draft, now: number, out: Out, confirmedHead = 0): void => {
   let done = confirmedHead
   let seqs = confirmedHead === 1 ? s.handedOut[0].count : 0

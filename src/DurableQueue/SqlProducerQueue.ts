@@ -334,12 +334,12 @@ const acceptSeqs = (queue: Queue, head: Head, seqs: ReadonlyArray<number>) =>
  * or accepted (or the highest seq when there is none). The walk covers only entries finished
  * since, so it stays short.
  */
-const lowMarkFrom = ({ entries, name, sql }: Queue, lowMark: number) =>
-  sql`COALESCE(
-    (SELECT seq - 1 FROM ${entries} WHERE queue = ${name} AND seq > ${lowMark}
-      AND state IN (${StateCode.Stored}, ${StateCode.Accepted}) ORDER BY seq LIMIT 1),
-    current_seq
-  )`
+const lowMarkFrom = (queue: Queue, lowMark: number) => queue.sql`COALESCE(${firstOpenAbove(queue, lowMark)} - 1, current_seq)`
+
+/** A subquery: the seq of the first entry above `after` still stored or accepted (NULL when none). */
+const firstOpenAbove = ({ entries, name, sql }: Queue, after: number) =>
+  sql`(SELECT seq FROM ${entries} WHERE queue = ${name} AND seq > ${after}
+    AND state IN (${StateCode.Stored}, ${StateCode.Accepted}) ORDER BY seq LIMIT 1)`
 
 /** Locks the queue, checks the epoch, then runs `body` in the same transaction. */
 const locked = <A, E>(queue: Queue, epoch: QueueEpoch, body: (head: Head) => Effect.Effect<A, E | SqlError>) =>
@@ -464,19 +464,27 @@ const storeFast = <E>(
   plan: Planner<E>,
   whole: { readonly state: number } | undefined
 ): Effect.Effect<Option.Option<ReadonlyArray<StoreResult>>, SqlError> => {
-  const { entries, name, queues, sql } = queue
-  let rows = whole !== undefined && command._tag === "Whole" ? wholeRows(sql, command.requests, whole.state) : undefined
-  const answer = rows !== undefined && command._tag === "Whole"
-    ? (base: number) => Option.some(Rules.newWholeResults(base, command.requests))
-    : (base: number) => Option.map(Option.getRight(plan(base, () => undefined)), (planned) => planned.results)
-  if (rows === undefined) {
-    const draft = plan(0, () => undefined)
-    if (Either.isLeft(draft) || draft.right.appended.length === 0) return Effect.succeedNone
-    rows = plannedRows(sql, draft.right.appended)
+  if (whole !== undefined && command._tag === "Whole") {
+    const rows = wholeRows(queue.sql, command.requests, whole.state)
+    if (rows !== undefined) return insertFast(queue, epoch, command, rows, (base) => Option.some(Rules.newWholeResults(base, command.requests)))
   }
+  const draft = plan(0, () => undefined)
+  if (Either.isLeft(draft) || draft.right.appended.length === 0) return Effect.succeedNone
+  return insertFast(queue, epoch, command, plannedRows(queue.sql, draft.right.appended), (base) =>
+    Option.map(Option.getRight(plan(base, () => undefined)), (planned) => planned.results))
+}
+
+/** The single statement of `storeFast`: the rows take seqs base + 1..count in order; `answer` gives the results from `base`. */
+const insertFast = (
+  queue: Queue,
+  epoch: QueueEpoch,
+  command: StoreCommand,
+  rows: FastRows,
+  answer: (base: number) => Option.Option<ReadonlyArray<StoreResult>>
+): Effect.Effect<Option.Option<ReadonlyArray<StoreResult>>, SqlError> => {
+  const { entries, name, queues, sql } = queue
   const count = rows.count
   if (count === 0) return Effect.succeedNone
-  // The rows take seqs base + 1..count in order.
   return sql<{ readonly base: number | string | null; readonly inserted: number | string }>`WITH q AS (
       UPDATE ${queues} SET current_seq = current_seq + ${count}
       WHERE name = ${name} AND epoch = ${epoch}
@@ -664,26 +672,24 @@ const confirmLocked = (queue: Queue, epoch: QueueEpoch, upToSeq: number) => {
  * Confirms the accepted entries in [from, to] (see `confirmRange`) and counts them; `above` is
  * the first stored or accepted entry above `to` (the statement's snapshot: none of those change).
  */
-const confirmRun = ({ entries, name, sql }: Queue, from: number, to: number) =>
-  Effect.map(
+const confirmRun = (queue: Queue, from: number, to: number) => {
+  const { entries, name, sql } = queue
+  return Effect.map(
     sql<{ readonly confirmed: number | string; readonly above: number | string | null }>`WITH c AS (
         UPDATE ${entries} SET state = ${StateCode.Confirmed}, payload = ${toParam(emptyBytes)}
         WHERE queue = ${name} AND seq >= ${from} AND seq <= ${to} AND state = ${StateCode.Accepted}
         RETURNING 1
       )
-      SELECT (SELECT count(*) FROM c) AS confirmed,
-        (SELECT seq FROM ${entries} WHERE queue = ${name} AND seq > ${to}
-          AND state IN (${StateCode.Stored}, ${StateCode.Accepted}) ORDER BY seq LIMIT 1) AS above`,
+      SELECT (SELECT count(*) FROM c) AS confirmed, ${firstOpenAbove(queue, to)} AS above`,
     (rows) => ({ confirmed: toNumber(rows[0].confirmed), above: rows[0].above === null ? undefined : toNumber(rows[0].above) })
   )
+}
 
 /** The first stored or accepted entry above `after`, if any. */
-const firstOpen = ({ entries, name, sql }: Queue, after: number) =>
+const firstOpen = (queue: Queue, after: number) =>
   Effect.map(
-    sql<{ readonly seq: number | string }>`SELECT seq FROM ${entries}
-      WHERE queue = ${name} AND seq > ${after} AND state IN (${StateCode.Stored}, ${StateCode.Accepted})
-      ORDER BY seq LIMIT 1`,
-    (rows) => rows.length === 0 ? undefined : toNumber(rows[0].seq)
+    queue.sql<{ readonly seq: number | string | null }>`SELECT ${firstOpenAbove(queue, after)} AS seq`,
+    (rows) => rows[0].seq === null ? undefined : toNumber(rows[0].seq)
   )
 
 /** The shared confirm met what only the locked one settles: a late entry, or a changed epoch. */

@@ -53,8 +53,6 @@ export const keys = {
   endToEndLatency: MetricKey.histogram("effect_reliable_end_to_end_latency_ms", latencyBoundaries, "From a message's send to its confirmation (ms)")
 }
 
-const NoTags: ReadonlyArray<MetricLabel.MetricLabel> = []
-
 export interface Counter {
   readonly add: (count: number) => void
 }
@@ -92,23 +90,24 @@ export interface EndpointMetrics {
 
 type AnyKey = MetricKey.MetricKey<any>
 
-const bind = <K extends AnyKey>(key: K, labels: ReadonlyArray<MetricLabel.MetricLabel>) =>
-  Metric.fromMetricKey(MetricKey.taggedWithLabels(key, labels))
+/**
+ * The registry's hook for the key with the endpoint's tags: what `Metric.fromMetricKey` updates
+ * too, reached without its per-call tag lookup (an update is then one call).
+ */
+const hookOf = <K extends AnyKey>(key: K, labels: ReadonlyArray<MetricLabel.MetricLabel>) =>
+  Metric.globalMetricRegistry.get(MetricKey.taggedWithLabels(key, labels))
 
-const counter = (key: MetricKey.MetricKey.Counter<number>, labels: ReadonlyArray<MetricLabel.MetricLabel>): Counter => {
-  const metric = bind(key, labels)
-  return { add: (count) => metric.unsafeUpdate(count, NoTags) }
-}
+const counter = (key: MetricKey.MetricKey.Counter<number>, labels: ReadonlyArray<MetricLabel.MetricLabel>): Counter => ({
+  add: hookOf(key, labels).update
+})
 
-const gauge = (key: MetricKey.MetricKey.Gauge<number>, labels: ReadonlyArray<MetricLabel.MetricLabel>): Gauge => {
-  const metric = bind(key, labels)
-  return { set: (value) => metric.unsafeUpdate(value, NoTags) }
-}
+const gauge = (key: MetricKey.MetricKey.Gauge<number>, labels: ReadonlyArray<MetricLabel.MetricLabel>): Gauge => ({
+  set: hookOf(key, labels).update
+})
 
-const histogram = (key: MetricKey.MetricKey.Histogram, labels: ReadonlyArray<MetricLabel.MetricLabel>): Histogram => {
-  const metric = bind(key, labels)
-  return { observe: (value) => metric.unsafeUpdate(value, NoTags) }
-}
+const histogram = (key: MetricKey.MetricKey.Histogram, labels: ReadonlyArray<MetricLabel.MetricLabel>): Histogram => ({
+  observe: hookOf(key, labels).update
+})
 
 /** Queue counters tagged by operation as well; an operation's pair is made on its first call. */
 const queueMetrics = (labels: ReadonlyArray<MetricLabel.MetricLabel>): QueueMetrics => {

@@ -98,6 +98,7 @@ export interface ConsumerState {
 export type ConsumerEvent =
   | { readonly _tag: "Wire"; readonly from: ControllerAddress; readonly message: ProducerToConsumer; readonly now: number }
   | { readonly _tag: "Resolved"; readonly producer: ControllerAddress | undefined; readonly now: number }
+  /** `now` times the next hand-out for `releaseStuckAfterMs`, and is read for nothing else. */
   | { readonly _tag: "Confirm"; readonly id: number; readonly now: number }
   /** The endpoint settles a delivery without processing it (a failure the producer retries, a dead letter). */
   | { readonly _tag: "Settle"; readonly id: number; readonly outcome: SettleOutcome; readonly now: number }

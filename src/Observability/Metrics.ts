@@ -4,9 +4,9 @@
  *
  * Every metric is tagged with the endpoint's `endpoint` name and `role` (plus the metric labels
  * of the fiber that created the endpoint, `Effect.tagMetrics`). The tags are applied once, when
- * the endpoint is created, to the metric's key: an update is then one call on the metric's hook,
- * with nothing allocated and nothing looked up. That matters because the shells update them
- * inside their synchronous folds, where no effect runs (hence `unsafeUpdate`).
+ * the endpoint is created, to the metric's key, and the registry's hook for that key is kept: an
+ * update is then one call on the hook, with nothing allocated and nothing looked up. That matters
+ * because the shells update them inside their synchronous folds, where no effect runs.
  *
  * Counters are counted in plain numbers by the shells (the same numbers `stats` reports) and
  * added to the metrics every `SampleInterval` and when the controller closes (`counterSync`,
@@ -90,10 +90,7 @@ export interface EndpointMetrics {
 
 type AnyKey = MetricKey.MetricKey<any>
 
-/**
- * The registry's hook for the key with the endpoint's tags: what `Metric.fromMetricKey` updates
- * too, reached without its per-call tag lookup (an update is then one call).
- */
+/** The registry's hook for the key with the endpoint's tags: what `Metric.fromMetricKey` would update. */
 const hookOf = <K extends AnyKey>(key: K, labels: ReadonlyArray<MetricLabel.MetricLabel>) =>
   Metric.globalMetricRegistry.get(MetricKey.taggedWithLabels(key, labels))
 

@@ -14,7 +14,7 @@ import * as FaultyTransport from "../../src/Transport/FaultyTransport.js"
 import * as MemoryTransport from "../../src/Transport/MemoryTransport.js"
 import * as WorkPulling from "../../src/WorkPulling.js"
 import { planFor } from "../support/FaultRun.js"
-import { advanceUntil, settle } from "../support/Harness.js"
+import { advanceBy, advanceUntil, settle } from "../support/Harness.js"
 
 const Order = Schema.Struct({ index: Schema.Number })
 
@@ -163,7 +163,7 @@ describe("metrics", () => {
       yield* advanceUntil(() => done.length >= 3, 10, 60_000)
       // The only worker leaves: what it held goes back to the pool, and waits there.
       yield* Scope.close(scope, Exit.void)
-      yield* advanceUntil(() => false, 100, 3_000).pipe(Effect.ignore)
+      yield* advanceBy("3 seconds", "100 millis")
       const parked = yield* WorkPulling.stats(dispatcher)
       expect(parked.workers).toBe(0)
       expect(parked.pending).toBeGreaterThan(0)

@@ -208,4 +208,27 @@ describe("LaneRunner", () => {
       yield* Scope.close(scope, Exit.void)
       expect(log).toEqual(["after", "hangs interrupted"])
     }))
+
+  it.effect("an operation given after the lane's scope closed never runs, and a drain does not wait for it", () =>
+    Effect.gen(function*() {
+      const log: Array<string> = []
+      const record = (name: string) => Effect.sync(() => void log.push(name))
+      // A lane that ran an operation before its scope closed, and one whose scope closed before its first.
+      const used = yield* Scope.make()
+      const { runner: usedLane } = yield* Scope.extend(bareLane(record), used)
+      usedLane.enqueue("before")
+      for (let turn = 0; turn < 10; turn++) yield* Effect.yieldNow()
+      yield* Scope.close(used, Exit.void)
+      const unused = yield* Scope.make()
+      const { runner: unusedLane } = yield* Scope.extend(bareLane(record), unused)
+      yield* Scope.close(unused, Exit.void)
+      for (const lane of [usedLane, unusedLane]) {
+        lane.enqueue("late")
+        lane.enqueue("later")
+        const drained = yield* Effect.fork(lane.drain)
+        for (let turn = 0; turn < 10; turn++) yield* Effect.yieldNow()
+        expect(drained.unsafePoll()).toEqual(Exit.void)
+      }
+      expect(log).toEqual(["before"])
+    }))
 })

@@ -212,6 +212,10 @@ interface Job<Op> {
  * fold, and a queue that answers synchronously (the memory queues) must not fold its completion
  * into that same fold. A waiting worker is resumed on a later turn; one given its next operation
  * while it runs (from `ended`) yields first.
+ *
+ * Once the fiber has ended (its scope closed, or closed before it was forked), an operation given
+ * to it never runs: its `ended` is called at once, so the lane does not count it as running and a
+ * drain does not wait for it.
  */
 const makeWorker = <Op>(
   runFork: RunnerOptions<Op>["runFork"],
@@ -220,6 +224,14 @@ const makeWorker = <Op>(
   let pending: Job<Op> | undefined
   let waiting: ((job: Effect.Effect<Job<Op>>) => void) | undefined
   let started = false
+  let gone = false
+
+  const fiberEnded = () => {
+    gone = true
+    const job = pending
+    pending = undefined
+    job?.ended()
+  }
 
   // A defect ends the operation, not the lane: it is logged at the level Effect logs an
   // operation fiber's unhandled error (Debug), and the next operation runs.
@@ -247,6 +259,7 @@ const makeWorker = <Op>(
 
   return {
     give: (op, ended) => {
+      if (gone) return ended()
       const resume = waiting
       if (resume !== undefined) {
         waiting = undefined
@@ -255,7 +268,7 @@ const makeWorker = <Op>(
       pending = { op, ended }
       if (started) return
       started = true
-      runFork(loop)
+      runFork(loop).addObserver(fiberEnded)
     }
   }
 }

@@ -156,7 +156,9 @@ export const make = <A>(
         switch (action._tag) {
           case "Send":
             if (action.message._tag === "RegisterConsumer") counters.registrations++
-            ;(envelopes ??= []).push({ from: address, to: action.to, message: action.message })
+            // An array literal for the usual one envelope (see `ProducerShell`'s `post`).
+            if (envelopes === undefined) envelopes = [{ from: address, to: action.to, message: action.message }]
+            else envelopes.push({ from: address, to: action.to, message: action.message })
             break
           case "Resolve":
             runFork(resolve)

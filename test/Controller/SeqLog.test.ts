@@ -21,6 +21,17 @@ describe("SeqLog", () => {
     expect(views[51][0].toArray()).toEqual(views[51][1])
   })
 
+  it("empty logs are one shared value that appends never write into; each append to one starts its own entries", () => {
+    const first = SeqLog.empty<number>().append(1)
+    const second = SeqLog.empty<number>().append(2).append(3)
+    const emptied = second.dropFront(2).append(4)
+    expect([first.toArray(), second.toArray(), emptied.toArray()]).toEqual([[1], [2, 3], [4]])
+    expect(SeqLog.empty<number>().toArray()).toEqual([])
+    expect(SeqLog.empty<number>()).toBe(SeqLog.empty<string>())
+    // Nothing was ever written into the shared empty log's backing array.
+    expect((SeqLog.empty<number>() as unknown as { readonly backing: ReadonlyArray<unknown> }).backing).toEqual([])
+  })
+
   it("a long run of appends and drops reads back exactly what is live", () => {
     let log = SeqLog.empty<number>()
     for (let index = 0; index < 10_000; index++) log = log.append(index)

@@ -314,7 +314,9 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
       runFork,
       dispatch: (event) => void dispatch(event),
       stop,
-      post: (envelope) => void (envelopes ??= []).push(envelope),
+      // A fold usually posts one envelope: an array literal holds it in the room it needs (a first
+      // push would make room for 17).
+      post: (envelope) => void (envelopes === undefined ? envelopes = [envelope] : envelopes.push(envelope)),
       laneParts: laneParts<Ev>({ runFork, health: hooks.health, metrics: hooks.metrics.queue, now, dispatch: (event) => void dispatch(event), stop })
     }
     const lane = options.lane?.(context)

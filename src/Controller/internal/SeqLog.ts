@@ -13,8 +13,11 @@ export class SeqLog<A> {
     readonly length: number
   ) {}
 
+  /** One empty log serves every caller: `append` never writes to an empty log's backing array. */
+  private static readonly none = new SeqLog<never>([], 0, 0)
+
   static empty<A>(): SeqLog<A> {
-    return new SeqLog<A>([], 0, 0)
+    return SeqLog.none
   }
 
   static from<A>(items: ReadonlyArray<A>): SeqLog<A> {
@@ -39,6 +42,10 @@ export class SeqLog<A> {
   }
 
   append(item: A): SeqLog<A> {
+    // An empty log starts a backing array of its own, with the one slot it needs: a first push
+    // onto an empty array makes room for 17, and a log that empties after every entry (a
+    // consumer's, one message at a time) paid that for each.
+    if (this.length === 0) return new SeqLog([item], 0, 1)
     const end = this.offset + this.length
     if (this.backing.length === end) {
       this.backing.push(item)

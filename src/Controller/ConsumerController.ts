@@ -19,6 +19,7 @@ import * as Metrics from "../Observability/Metrics.js"
 import * as Machine from "./ConsumerMachine.js"
 import { ControllerDelivery } from "./internal/ControllerDelivery.js"
 import type { DeliveryOwner } from "./internal/ControllerDelivery.js"
+import { withEnvelope } from "./internal/EnvelopeBatch.js"
 import { errorText } from "./internal/ErrorText.js"
 import * as Reassembly from "./internal/Reassembly.js"
 import * as WireInput from "./internal/WireInput.js"
@@ -156,9 +157,7 @@ export const make = <A>(
         switch (action._tag) {
           case "Send":
             if (action.message._tag === "RegisterConsumer") counters.registrations++
-            // An array literal for the usual one envelope (see `ProducerShell`'s `post`).
-            if (envelopes === undefined) envelopes = [{ from: address, to: action.to, message: action.message }]
-            else envelopes.push({ from: address, to: action.to, message: action.message })
+            envelopes = withEnvelope(envelopes, { from: address, to: action.to, message: action.message })
             break
           case "Resolve":
             runFork(resolve)

@@ -26,6 +26,7 @@ import type { PayloadCodec } from "../../Protocol/PayloadCodec.js"
 import type { ConsumerToProducer, Envelope } from "../../Protocol/WireMessage.js"
 import * as Metrics from "../../Observability/Metrics.js"
 import * as DeadlineTimer from "./DeadlineTimer.js"
+import { withEnvelope } from "./EnvelopeBatch.js"
 import * as ProducerCalls from "./ProducerCalls.js"
 import type { Handshake } from "./ProducerHandshake.js"
 import * as WireInput from "./WireInput.js"
@@ -314,9 +315,7 @@ export const make = <S, Ev, Act extends { readonly _tag: string }, A>(
       runFork,
       dispatch: (event) => void dispatch(event),
       stop,
-      // A fold usually posts one envelope: an array literal holds it in the room it needs (a first
-      // push would make room for 17).
-      post: (envelope) => void (envelopes === undefined ? envelopes = [envelope] : envelopes.push(envelope)),
+      post: (envelope) => void (envelopes = withEnvelope(envelopes, envelope)),
       laneParts: laneParts<Ev>({ runFork, health: hooks.health, metrics: hooks.metrics.queue, now, dispatch: (event) => void dispatch(event), stop })
     }
     const lane = options.lane?.(context)

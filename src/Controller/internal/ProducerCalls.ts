@@ -77,8 +77,8 @@ export interface Calls<A> {
    * Produces and acknowledges the endpoint's encoded items (ids and payloads checked there) under
    * one grant: answered at once when volatile; when durable, a `PendingAnswer` that settles once
    * the items are stored and accepted (a message whose accept never landed is not in the queue's
-   * reload, so its sender must not think it is sent). If the controller stops first, the answer is `StaleGrant`: take a new grant and
-   * submit again (same messageIds, same seqs).
+   * reload, so its sender must not think it is sent). If the controller stops first, the answer
+   * is `StaleGrant`: take a new grant and submit again (same messageIds, same seqs).
    */
   readonly submit: (grant: RequestNext, items: ReadonlyArray<ProduceItem>) => Answer | PendingAnswer
   /** The machine answered a grant whose caller may be waiting. */

@@ -41,15 +41,26 @@ const schemaOf = (struct: Struct): Schema.Schema.AnyNoContext =>
 
 const strings = ["", "c-42", "plain ascii text that is longer than a dozen", "quote\"", "back\\slash", "tab\t", "nl\n", "\u0000", "\u007f",
   "é", "日本", "\ud83d\ude00", "\ud800", "\udc00x", "\u2028", "</script>", "{\"a\":1}"]
-const numbers = [0, -0, 1, -1, 42, 123456, -987654321, 2 ** 53 - 1, -(2 ** 53 - 1), 2 ** 53, 1e15, 1e16, 1e21, 1.5, -0.25, 0.1, 1e-7, 5e-324,
+const numbers = [0, -0, 1, -1, 42, 123456, -987654321, 2 ** 31 - 1, -(2 ** 31 - 1), 2 ** 31, -(2 ** 31), 2 ** 32, 2 ** 53 - 1, -(2 ** 53 - 1), 2 ** 53, 1e15, 1e16, 1e21, 1.5, -0.25, 0.1, 1e-7, 5e-324,
   Number.MAX_VALUE, NaN, Infinity, -Infinity]
+
+const printable = (random: Random, min: number, max: number) =>
+  Array.from({ length: random.int(min, max) }, () => String.fromCharCode(random.int(0x20, 0x7e))).join("")
+
+/** Longer than the writer copies one by one, now and then with one character JSON escapes or beyond ASCII. */
+const longString = (random: Random) => {
+  const text = printable(random, 25, 90)
+  if (random.chance(0.5)) return text
+  const at = random.int(0, text.length)
+  return text.slice(0, at) + pick(random, ["\"", "\\", "\n", "\u0000", "\u007f", "é", "日", "\ud83d\ude00", "\ud800", "\u2028"]) + text.slice(at)
+}
 
 const randomValue = (random: Random, field: Field): unknown => {
   // Now and then a value of the wrong kind.
   if (random.chance(0.03)) return pick(random, [null, "1", 1, true, [], {}, undefined])
   switch (field) {
     case "string":
-      return random.chance(0.5) ? pick(random, strings) : Array.from({ length: random.int(0, 20) }, () => String.fromCharCode(random.int(0x20, 0x7e))).join("")
+      return random.chance(0.4) ? pick(random, strings) : random.chance(0.5) ? printable(random, 0, 20) : longString(random)
     case "number":
       return random.chance(0.5) ? pick(random, numbers) : random.int(-1e9, 1e9) * (random.chance(0.3) ? 0.001 : 1)
     case "boolean":
@@ -192,6 +203,42 @@ describe("PlainStruct", () => {
       expect(PayloadCodec.make(Doc).decode(bytes)).toStrictEqual(Either.right(value))
       // Only ASCII without escapes is read by the compiled path.
       expect(read(bytes) !== undefined).toBe(body === "short" || body.startsWith("x"))
+    }
+  })
+
+  it("payloads written one after another keep their bytes: across slabs, after outsized ones and after refused ones", () => {
+    const Doc = Schema.Struct({ title: Schema.String, body: Schema.String, size: Schema.Number })
+    const write = PlainStruct.compileWrite(Doc.ast)!
+    const random = SeededRandom.make(77)
+    const kept: Array<[Uint8Array, string]> = []
+    for (let index = 0; index < 3000; index++) {
+      const body = random.chance(0.01) ? "y".repeat(random.int(8_000, 40_000)) : longString(random)
+      const value = { title: printable(random, 0, 30), body, size: index }
+      // Refused half-way (a field of the wrong type) or thrown by a getter: nothing of it is kept.
+      if (random.chance(0.05)) expect(write({ ...value, size: "7" })).toBeUndefined()
+      if (random.chance(0.02)) {
+        expect(() =>
+          write({
+            ...value,
+            get size(): number {
+              throw new Error("getter")
+            }
+          })
+        ).toThrow("getter")
+      }
+      kept.push([write(value)!, JSON.stringify(value)])
+    }
+    for (const [bytes, json] of kept) expect(Buffer.from(bytes).toString("utf8")).toBe(json)
+  })
+
+  it("a long string ending beyond ASCII is written as JSON writes it, whatever an earlier refused write left behind", () => {
+    const Note = Schema.Struct({ text: Schema.String, n: Schema.Number })
+    const write = PlainStruct.compileWrite(Note.ast)!
+    const ascii = "a".repeat(40)
+    // Refused at its number, after its text was written where the next payload goes.
+    expect(write({ text: `${ascii}bbb`, n: "1" })).toBeUndefined()
+    for (const text of [`${ascii}日`, `${ascii}é`, `${ascii}\ud83d\ude00`, `${ascii}\ud800`]) {
+      expect(Buffer.from(write({ text, n: 1 })!).toString("utf8")).toBe(JSON.stringify({ text, n: 1 }))
     }
   })
 

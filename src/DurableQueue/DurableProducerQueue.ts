@@ -58,6 +58,9 @@
  * - `inspect` only reads: no epoch, no lock a writer waits for.
  * - Content the database cannot hold is `QueueRejected`; any other backend failure is
  *   `QueueBackendError` and is retried by the controller.
+ * - A payload handed to the queue may be a view into a larger buffer that other payloads share
+ *   (as a pooled Node `Buffer` is): an implementation reads its `byteOffset` and `byteLength`, and
+ *   copies the bytes it keeps in memory.
  */
 import { Context } from "effect"
 import type { Effect, Stream } from "effect"

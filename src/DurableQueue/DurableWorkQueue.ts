@@ -36,6 +36,9 @@
  *   dead-lettered) in ascending seq order; holes are normal.
  * - `deadLetter` marks a stored or accepted job dead-lettered, keeping its payload; repeating it
  *   does nothing; an unknown or confirmed job is `QueueConflict`.
+ * - A payload handed to the queue may be a view into a larger buffer that other payloads share
+ *   (as a pooled Node `Buffer` is): an implementation reads its `byteOffset` and `byteLength`, and
+ *   copies the bytes it keeps in memory.
  * - Any other backend failure is `QueueBackendError` and is retried by the controller.
  */
 import { Context } from "effect"

@@ -29,7 +29,19 @@ export interface EntryView {
 export const hex = (bytes: Uint8Array): string =>
   Array.from(bytes, (byte) => byte.toString(16).padStart(2, "0")).join("")
 
-export const bytes = (text: string): Uint8Array => new TextEncoder().encode(text)
+/**
+ * `content` as an endpoint hands it to a queue: a view into a larger buffer, with other bytes on
+ * both sides (the endpoint writes payloads one after another into a shared slab).
+ */
+export const inSharedBuffer = (content: Uint8Array): Uint8Array => {
+  const shared = new Uint8Array(content.length + 2 * GuardBytes).fill(0xee)
+  shared.set(content, GuardBytes)
+  return shared.subarray(GuardBytes, GuardBytes + content.length)
+}
+
+const GuardBytes = 5
+
+export const bytes = (text: string): Uint8Array => inSharedBuffer(new TextEncoder().encode(text))
 
 export const viewEntry = (entry: StoredEntry): EntryView => ({
   seq: entry.seq,
@@ -71,7 +83,7 @@ export const seedsFrom = (options: ConformanceOptions | undefined): ReadonlyArra
 }
 
 export const randomPayload = (random: SeededRandom.SeededRandom): Uint8Array =>
-  Uint8Array.from({ length: random.int(1, 4) }, () => random.int(0, 255))
+  inSharedBuffer(Uint8Array.from({ length: random.int(1, 4) }, () => random.int(0, 255)))
 
 export const idPool: ReadonlyArray<string> = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"]
 

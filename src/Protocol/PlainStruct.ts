@@ -159,8 +159,8 @@ const fitsShape = (shape: Shape, input: unknown): boolean => {
  * Where compiled writes put their bytes. Payloads are written one after another into a shared
  * slab, and each is handed out as a view of its own bytes, as Node's `Buffer.from` pools the bytes
  * of small strings (the general path's bytes): no copy, and no array of its own per payload. V8
- * makes an array of more than 64 bytes outside its heap, at about 600 ns each here, 25 times a
- * view's cost. A view keeps its slab alive, as a pooled `Buffer` keeps its pool. A payload that
+ * makes an array of more than 64 bytes outside its heap, at about 600 ns each here, about 20 times
+ * a view's cost. A view keeps its slab alive, as a pooled `Buffer` keeps its pool. A payload that
  * outgrows what is left of the slab moves to a new one; one larger than a slab is written into an
  * array of its own and copied out at its size.
  */

@@ -2,7 +2,9 @@
  * Helpers shared by the conformance suites: plain-data views that compare structurally,
  * outcomes as data, and seeds.
  */
+import { expect, it } from "@effect/vitest"
 import { Effect, Either } from "effect"
+import type { Scope } from "effect"
 import type * as SeededRandom from "../../internal/SeededRandom.js"
 import type { ChunkMark } from "../../Protocol/WireMessage.js"
 import type { StoredEntry } from "../DurableProducerQueue.js"
@@ -42,6 +44,32 @@ export const inSharedBuffer = (content: Uint8Array): Uint8Array => {
 const GuardBytes = 5
 
 export const bytes = (text: string): Uint8Array => inSharedBuffer(new TextEncoder().encode(text))
+
+/** What the view test needs of a queue: both queue contracts have it. */
+interface ViewQueue<S> {
+  readonly load: Effect.Effect<{ readonly epoch: number; readonly state: S }, unknown>
+  readonly store: (epoch: number, request: { readonly messageId: string; readonly payload: Uint8Array }) => Effect.Effect<unknown, unknown>
+  readonly accept: (epoch: number, messageId: string) => Effect.Effect<unknown, unknown>
+}
+
+/**
+ * A payload given as a view into a shared buffer is stored as its own bytes: the caller writes
+ * over the whole buffer after the store (as its next payloads would), and the loaded payload is
+ * still the view's. `loaded` picks the loaded entries out of a queue's state.
+ */
+export const viewPayloadTest = <S>(fresh: Effect.Effect<ViewQueue<S>, unknown, Scope.Scope>, loaded: (state: S) => ReadonlyArray<StoredEntry>) =>
+  it.scoped("a payload given as a view into a shared buffer is stored as its own bytes, unchanged by later writes there", () =>
+    Effect.gen(function*() {
+      const queue = yield* fresh
+      const { epoch } = yield* queue.load
+      const payload = bytes("view")
+      yield* queue.store(epoch, { messageId: "v", payload })
+      yield* queue.accept(epoch, "v")
+      new Uint8Array(payload.buffer).fill(0x21)
+      const { state } = yield* queue.load
+      expect(loaded(state).map((entry) => hex(entry.payload))).toEqual([hex(new TextEncoder().encode("view"))])
+    }))
+
 
 export const viewEntry = (entry: StoredEntry): EntryView => ({
   seq: entry.seq,

@@ -1,6 +1,7 @@
 /**
  * Helpers shared by the conformance suites: plain-data views that compare structurally,
- * outcomes as data, and seeds.
+ * outcomes as data, seeds, payloads shaped as an endpoint hands them, and the tests both suites
+ * run alike.
  */
 import { expect, it } from "@effect/vitest"
 import { Effect, Either } from "effect"
@@ -69,7 +70,6 @@ export const viewPayloadTest = <S>(fresh: Effect.Effect<ViewQueue<S>, unknown, S
       const { state } = yield* queue.load
       expect(loaded(state).map((entry) => hex(entry.payload))).toEqual([hex(new TextEncoder().encode("view"))])
     }))
-
 
 export const viewEntry = (entry: StoredEntry): EntryView => ({
   seq: entry.seq,

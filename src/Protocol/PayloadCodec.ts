@@ -13,12 +13,13 @@
 import { Either, Schema, SchemaAST } from "effect"
 import type { ParseResult } from "effect"
 import * as PlainStruct from "./PlainStruct.js"
+import * as SlabCopy from "./SlabCopy.js"
 
 export interface PayloadCodec<A> {
   /** True when payloads travel as their own bytes (a `Uint8ArrayFromSelf` encoded side). */
   readonly binary: boolean
   /**
-   * `copy` makes a binary payload's snapshot (default: a fresh array); other payloads are new
+   * `copy` makes a binary payload's snapshot (default: `SlabCopy.copy`); other payloads are new
    * bytes anyway.
    */
   readonly encode: (value: A, copy?: (bytes: Uint8Array) => Uint8Array) => Either.Either<Uint8Array, ParseResult.ParseError | Error>
@@ -54,10 +55,10 @@ export const make = <A, I>(schema: Schema.Schema<A, I, never>): PayloadCodec<A> 
       // A copy: the controller keeps the bytes until they are confirmed, whatever the caller
       // does with its array after `send`.
       encode: (value, copy) =>
-        Either.map(encodeValue(value), (encoded) => copy === undefined ? (encoded as Uint8Array).slice() : copy(encoded as Uint8Array)),
+        Either.map(encodeValue(value), (encoded) => (copy ?? SlabCopy.copy)(encoded as Uint8Array)),
       // Received bytes may be shared (an in-process transport passes the producer's own array):
       // the handler gets bytes of its own unless they were joined for it or are lent.
-      decode: (bytes, asIs) => decodeValue(asIs === true ? bytes : bytes.slice()),
+      decode: (bytes, asIs) => decodeValue(asIs === true ? bytes : SlabCopy.copy(bytes)),
       encodesSurely: undefined
     }
   }

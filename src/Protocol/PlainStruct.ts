@@ -8,6 +8,7 @@
  * exact error) itself.
  */
 import { Option, SchemaAST } from "effect"
+import { SlabBytes } from "./SlabCopy.js"
 
 type Primitive = "string" | "number" | "boolean"
 
@@ -212,7 +213,6 @@ class ByteWriter {
   }
 }
 
-const SlabBytes = 8192
 const shared = new ByteWriter()
 const utf8 = new TextEncoder()
 

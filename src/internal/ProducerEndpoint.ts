@@ -21,6 +21,7 @@ import { EndpointClosed, PayloadEncodeError, ProducerContractError, ReliableConf
 import type { MessageRejected } from "../Protocol/Errors.js"
 import { checkMessageId } from "../Protocol/MessageIdRule.js"
 import type { PayloadCodec } from "../Protocol/PayloadCodec.js"
+import * as SlabCopy from "../Protocol/SlabCopy.js"
 import * as Metrics from "../Observability/Metrics.js"
 import * as Tracing from "../Observability/Tracing.js"
 import type { SystemInternals } from "./SystemInternals.js"
@@ -299,7 +300,7 @@ const enqueuer = <A>(
   closed: () => boolean
 ) => {
   // A binary payload is copied: the queue keeps it, and the caller may reuse its array.
-  const encodeKept = encoder(endpoint, codec, (bytes) => bytes.slice())
+  const encodeKept = encoder(endpoint, codec, SlabCopy.copy)
   const spanAttributes = { "effect_reliable.endpoint": endpoint }
   const noBacklog = () =>
     Exit.fail(

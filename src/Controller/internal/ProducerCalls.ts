@@ -14,6 +14,7 @@ import { PayloadEncodeError, ProducerContractError } from "../../Protocol/Errors
 import type { FrameTooLarge, MessageRejected } from "../../Protocol/Errors.js"
 import type { ReliableDeliveryStage } from "../../Protocol/Failure.js"
 import type { PayloadCodec } from "../../Protocol/PayloadCodec.js"
+import * as SlabCopy from "../../Protocol/SlabCopy.js"
 import type { AckRejectedAction, AnswerAction, HandshakeEvent, ProduceItem } from "./ProducerHandshake.js"
 
 export type { AnswerAction } from "./ProducerHandshake.js"
@@ -57,7 +58,7 @@ export interface CallsOptions<A> {
   readonly check: (grant: RequestNext, messageId: string, payload: unknown) => ProducerContractError | undefined
   /** The earlier answer of a retried grant (see `ProducerHandshake.answeredBefore`). */
   readonly answeredBefore: (grant: RequestNext, messageId: string) => Either.Either<Stored, ProducerContractError> | undefined
-  /** Makes the snapshots of binary payloads (see `SnapshotPool`); default: fresh copies. */
+  /** Makes the snapshots of binary payloads (see `SnapshotPool`); default: `SlabCopy.copy`. */
   readonly snapshot?: ((bytes: Uint8Array) => Uint8Array) | undefined
   /** Refuses an encoded payload that could never be sent (a frame limit); default: none. */
   readonly refuse?: ((messageId: string, bytes: number) => FrameTooLarge | undefined) | undefined
@@ -97,7 +98,7 @@ const findAnswer = (actions: ReadonlyArray<{ readonly _tag: string }>, token: st
 export const make = <A>(options: CallsOptions<A>): Calls<A> => {
   const replies = new Map<string, PendingAnswer>()
   const { dispatch, now } = options
-  const copy = options.codec.binary ? (options.snapshot ?? ((bytes: Uint8Array) => bytes.slice())) : undefined
+  const copy = options.codec.binary ? (options.snapshot ?? SlabCopy.copy) : undefined
 
   const stoppedError = (grant: RequestNext | string) =>
     new ProducerContractError({

@@ -7,6 +7,7 @@
  * makes sure of that (see `release` and `keep`); the pool recycles only the buffers it handed
  * out, each at most once, and never hands one out twice at the same time.
  */
+import * as SlabCopy from "../../Protocol/SlabCopy.js"
 
 export interface SnapshotPool {
   /** A copy of `bytes`; in a recycled buffer when it is larger than a chunk and one fits. */
@@ -43,7 +44,7 @@ export const make = (options: {
 
   return {
     copy: (bytes) => {
-      if (bytes.length <= chunkSize) return bytes.slice()
+      if (bytes.length <= chunkSize) return SlabCopy.copy(bytes)
       const recycled = take(bytes.length)
       const copy = recycled === undefined ? bytes.slice() : new Uint8Array(recycled, 0, bytes.length)
       if (recycled !== undefined) copy.set(bytes)

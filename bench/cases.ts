@@ -26,6 +26,7 @@ export const cases: Record<string, Case> = {
   "p2p-send-10m": () => run(PointToPoint.send(10_000_000)),
   "p2p-sendAll-1m": () => run(PointToPoint.sendAll(1_000_000)),
   "p2p-send-1m-300b": () => run(PointToPoint.sendWithNote(1_000_000)),
+  "p2p-send-1m-binary-1k": () => run(PointToPoint.sendBinary(1_000_000)),
   // what observing a flow costs: the same send loop with metrics off, on, and with a tracer
   "obs-send-1m-metrics-off": () => run(Observability.metricsOff(1_000_000)),
   "obs-send-1m-metrics-on": () => run(Observability.metricsOn(1_000_000)),

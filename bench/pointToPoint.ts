@@ -32,6 +32,10 @@ const withNote: Shape<typeof OrderWithNote.Type, typeof OrderWithNote.Encoded> =
   payload: (orderId) => ({ orderId, customer: "customer-42", note, total: 3 * orderId, rush: true })
 }
 
+/** Binary payloads of 1 KiB (protobuf or MessagePack bytes, say): one array, copied by every send. */
+const kibibyte = new Uint8Array(1024).fill(7)
+const binary: Shape<Uint8Array, Uint8Array> = { schema: Schema.Uint8ArrayFromSelf, payload: () => kibibyte }
+
 /** `messages` of `shape` sent on one flow, `batch` per call (1: `send`), until the consumer has them all. */
 const flowOf = <A, I>(messages: number, window: number, batch: number, shape: Shape<A, I>) =>
   Effect.gen(function*() {
@@ -74,4 +78,12 @@ export const sendWithNote = (messages: number, window = 50) =>
     `point-to-point send loop, window ${window}, ~300-byte payloads, ${messages.toLocaleString("en")} msgs`,
     messages,
     flowOf(messages, window, 1, withNote)
+  )
+
+/** The `send` loop with binary payloads of 1 KiB. */
+export const sendBinary = (messages: number, window = 50) =>
+  measure(
+    `point-to-point send loop, window ${window}, 1 KiB binary payloads, ${messages.toLocaleString("en")} msgs`,
+    messages,
+    flowOf(messages, window, 1, binary)
   )

@@ -20,6 +20,16 @@ describe("SlabCopy", () => {
     expect([ownsItsBuffer(first), ownsItsBuffer(second), first.length, second.length]).toEqual([false, false, 65, SlabCopy.MaxSlabCopy])
   })
 
+  it("a range of a larger source (a socket's read chunk) is copied out as the same bytes, in every size class", () => {
+    for (const length of [0, 40, 64, 65, 1000, SlabCopy.MaxSlabCopy, SlabCopy.MaxSlabCopy + 1]) {
+      const source = Buffer.from(filled(length + 20, length))
+      const copied = SlabCopy.copyRange(source, 7, 7 + length)
+      const expected = Uint8Array.from(source.subarray(7, 7 + length))
+      source.fill(0)
+      expect(copied, `${length} bytes`).toEqual(expected)
+    }
+  })
+
   it("copies keep their bytes: across slabs, after writes to the originals and to the copies beside them", () => {
     const random = SeededRandom.make(5)
     const copies: Array<[Uint8Array, Uint8Array]> = []

@@ -18,6 +18,7 @@
  */
 import { Either, Schema } from "effect"
 import { ControllerAddress } from "../../Protocol/Address.js"
+import * as SlabCopy from "../../Protocol/SlabCopy.js"
 import { WireMessage } from "../../Protocol/WireMessage.js"
 import type { Envelope, SequencedMessage } from "../../Protocol/WireMessage.js"
 import { readHeader, writeHeader } from "./SequencedJson.js"
@@ -118,8 +119,6 @@ export const writeFramesInto = (out: Buffer, frames: ReadonlyArray<EncodedFrame>
 }
 
 const AddressCacheLimit = 256
-const SlabBytes = 16 * 1024
-const SlabCopyMax = 1024
 
 const parseJson = (text: string): unknown => {
   try {
@@ -163,28 +162,6 @@ export const makeBodyDecoder = () => {
     return entry
   }
 
-  // A view into the socket's read chunk would pin the whole chunk for as long as the payload
-  // lives, and a fresh array per small payload is costly to allocate and collect; so small
-  // payloads are copied into a shared slab (pinning at most one slab, like Node's Buffer pool).
-  let slab = new Uint8Array(SlabBytes)
-  let slabUsed = 0
-  const copyOut = (buffer: Buffer, start: number, end: number): Uint8Array => {
-    const length = end - start
-    if (length > SlabCopyMax) {
-      const out = new Uint8Array(length)
-      buffer.copy(out, 0, start, end)
-      return out
-    }
-    if (slabUsed + length > SlabBytes) {
-      slab = new Uint8Array(SlabBytes)
-      slabUsed = 0
-    }
-    const out = new Uint8Array(slab.buffer, slabUsed, length)
-    buffer.copy(slab, slabUsed, start, end)
-    slabUsed += (length + 7) & ~7
-    return out
-  }
-
   // The end of the u32-prefixed segment at `offset`, or -1 if it overruns the body.
   const segmentEnd = (buffer: Buffer, offset: number, end: number): number => {
     if (offset + 4 > end) return -1
@@ -192,6 +169,8 @@ export const makeBodyDecoder = () => {
     return segment > end ? -1 : segment
   }
 
+  // A payload not `owned` is copied out: a view into the socket's read chunk would pin the whole
+  // chunk for as long as the payload lives (small ones go into a shared slab, see `SlabCopy`).
   return (buffer: Buffer, start: number, end: number, owned: boolean): Envelope | undefined => {
     const fromEnd = segmentEnd(buffer, start, end)
     if (fromEnd < 0) return undefined
@@ -211,7 +190,7 @@ export const makeBodyDecoder = () => {
       if (header !== undefined) {
         const payload = owned
           ? new Uint8Array(buffer.buffer, buffer.byteOffset + payloadStart, end - payloadStart)
-          : copyOut(buffer, payloadStart, end)
+          : SlabCopy.copyRange(buffer, payloadStart, end)
         const message: SequencedMessage = header.chunk === undefined
           ? { _tag: "SequencedMessage", sessionId: header.sessionId, messageId: header.messageId, seq: header.seq, payload }
           : { _tag: "SequencedMessage", sessionId: header.sessionId, messageId: header.messageId, seq: header.seq, payload, chunk: header.chunk }
@@ -223,7 +202,7 @@ export const makeBodyDecoder = () => {
     if (hasPayload === 1) {
       ;(fields as { payload?: Uint8Array }).payload = owned
         ? new Uint8Array(buffer.buffer, buffer.byteOffset + payloadStart, end - payloadStart)
-        : copyOut(buffer, payloadStart, end)
+        : SlabCopy.copyRange(buffer, payloadStart, end)
     } else if (hasPayload !== 0 || payloadStart !== end) return undefined
     const fast = sequencedFast(fields as Record<string, unknown>)
     if (fast !== undefined) return { from: from.address, to: to.address, message: fast }

@@ -24,18 +24,18 @@ export const copy = (bytes: Uint8Array): Uint8Array => copyRange(bytes, 0, bytes
 /** A copy of `source`'s bytes from `start` to `end`, as `copy` makes it. */
 export const copyRange = (source: Uint8Array, start: number, end: number): Uint8Array => {
   const length = end - start
-  const whole = start === 0 && end === source.length
-  if (length <= HeapArrayBytes || length > MaxSlabCopy) {
-    const own = new Uint8Array(length)
-    own.set(whole ? source : source.subarray(start, end))
-    return own
-  }
+  const copied = length <= HeapArrayBytes || length > MaxSlabCopy ? new Uint8Array(length) : slabView(length)
+  copied.set(start === 0 && end === source.length ? source : source.subarray(start, end))
+  return copied
+}
+
+/** `length` bytes of the shared slab not handed out yet; a new slab when they do not fit. */
+const slabView = (length: number): Uint8Array => {
   if (used + length > SlabBytes) {
     slab = new Uint8Array(SlabBytes)
     used = 0
   }
-  const copied = new Uint8Array(slab.buffer, used, length)
-  copied.set(whole ? source : source.subarray(start, end))
+  const view = new Uint8Array(slab.buffer, used, length)
   used += length
-  return copied
+  return view
 }

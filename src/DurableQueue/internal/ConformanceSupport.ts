@@ -36,7 +36,7 @@ export const hex = (bytes: Uint8Array): string =>
  * `content` as an endpoint hands it to a queue: a view into a larger buffer, with other bytes on
  * both sides (the endpoint writes payloads one after another into a shared slab).
  */
-export const inSharedBuffer = (content: Uint8Array): Uint8Array => {
+const inSharedBuffer = (content: Uint8Array): Uint8Array => {
   const shared = new Uint8Array(content.length + 2 * GuardBytes).fill(0xee)
   shared.set(content, GuardBytes)
   return shared.subarray(GuardBytes, GuardBytes + content.length)

@@ -130,6 +130,11 @@ describePostgres(probe, "database outages (PostgreSQL behind a proxy, live clock
         expect(OutageFlow.check(flow, outageAt)).toBeUndefined()
         expect(OutageFlow.orderViolation(flow)).toBeUndefined()
         expect(resumeMs).toBeLessThan(2_000)
+        // Degraded at the first call's deadline, not once the driver let go of it: the client's
+        // cancel request to the unreachable server waits for its 2 s connectTimeout first.
+        const degradedAfterMs = flow.health[0].at - outageAt
+        console.log(`8 s blackhole, send: degraded ${degradedAfterMs} ms after the outage began (queueTimeout 5 s)`)
+        expect(degradedAfterMs).toBeLessThan(6_000)
       })), 90_000)
 
   it.live("a 12 s blackhole with a 1 s queue timeout: the stores time out, the reloads hang and time out too, and are retried", () =>

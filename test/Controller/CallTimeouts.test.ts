@@ -1,8 +1,9 @@
 /**
  * The lane's call timeouts under TestClock: a call past its deadline is interrupted (its
- * finalizers run before its caller hears of the timeout) and fails with the timeout, each call at
- * its own deadline; an interrupted caller interrupts its call; the sleeper re-arms after a quiet
- * spell; and a call costs one fiber, not `Effect.timeout`'s three.
+ * finalizers run before its caller hears of the timeout, `onOverdue` is told at the deadline)
+ * and fails with the timeout, each call at its own deadline; an interrupted caller interrupts
+ * its call; the sleeper re-arms after a quiet spell; and a call costs one fiber, not
+ * `Effect.timeout`'s three.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Duration, Effect, Either, Exit, Fiber, FiberSet, Supervisor, TestClock } from "effect"
@@ -38,6 +39,25 @@ describe("CallTimeouts", () => {
       yield* TestClock.adjust("1 millis")
       expect(yield* Fiber.join(hanging)).toEqual(Either.left("timed out"))
       expect(log).toEqual(["call interrupted", "caller told"])
+    }))
+
+  it.scoped("onOverdue is told at the deadline; a call slow to let go fails with the timeout only once it has ended", () =>
+    Effect.gen(function*() {
+      const timeouts = yield* harness
+      const log: Array<string> = []
+      // As a hung query under @effect/sql-pg: its interruption waits for a cancel request to the server.
+      const slowToLetGo = Effect.onInterrupt(Effect.never, () =>
+        Effect.zipRight(Effect.sleep("3 seconds"), Effect.sync(() => void log.push("call ended"))))
+      const hanging = yield* start(Effect.either(timeouts.timed(slowToLetGo, timedOut, () => void log.push("overdue"))))
+      yield* TestClock.adjust("4999 millis")
+      expect(log).toEqual([])
+      yield* TestClock.adjust("1 millis")
+      expect(log).toEqual(["overdue"])
+      yield* TestClock.adjust("2999 millis")
+      expect(hanging.unsafePoll()).toBeNull()
+      yield* TestClock.adjust("1 millis")
+      expect(yield* Fiber.join(hanging)).toEqual(Either.left("timed out"))
+      expect(log).toEqual(["overdue", "call ended"])
     }))
 
   it.scoped("each call times out at its own deadline, and the sleeper re-arms after a quiet spell", () =>

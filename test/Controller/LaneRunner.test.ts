@@ -2,12 +2,14 @@
  * The lane runner under TestClock: deferred work waits for a pause (or at most its longest
  * wait), runs beside handshake operations when concurrent, and the first attempt of a queue call
  * needs no retry schedule while a failure is retried at the policy's interval. Operations run on
- * one long-lived fiber per lane, not a fiber each.
+ * one long-lived fiber per lane, not a fiber each. A call past its timeout makes the lane
+ * degraded at its deadline.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Duration, Effect, Exit, FiberSet, Scope, TestClock } from "effect"
 import * as LaneRunner from "../../src/Controller/internal/LaneRunner.js"
 import { QueueBackendError } from "../../src/DurableQueue/QueueErrors.js"
+import * as EndpointHealth from "../../src/internal/EndpointHealth.js"
 
 type Op = { readonly name: string; readonly millis: number }
 
@@ -163,6 +165,27 @@ describe("LaneRunner", () => {
       yield* TestClock.adjust(Duration.millis(1000))
       expect((yield* exhausted.await)._tag).toBe("Success")
       expect(calls).toBe(-7)
+    }))
+
+  it.scoped("a call past the timeout makes the lane degraded at its deadline, not once the call has let go", () =>
+    Effect.gen(function*() {
+      const runFork = yield* FiberSet.makeRuntime<never>()
+      const clock = yield* Effect.clock
+      const log: Array<string> = []
+      const at = (what: string) => () => void log.push(`${clock.unsafeCurrentTimeMillis()} ${what}`)
+      // A hung query under @effect/sql-pg: interrupting it waits for a cancel request to the server.
+      const hung = Effect.onInterrupt(Effect.never, () => Effect.zipRight(Effect.sleep("3 seconds"), Effect.sync(at("let go"))))
+      const runner = LaneRunner.make<string>({
+        retry: { attempts: 1, interval: Duration.millis(100), timeout: Duration.seconds(1) },
+        runFork,
+        health: EndpointHealth.make({ endpointName: "lane", role: "Producer", publish: (event) => at(event._tag)(), now: () => clock.unsafeCurrentTimeMillis() }),
+        failed: at("failed"),
+        run: (_op, guard) => guard("Store", hung, () => undefined),
+        takeDeferred: () => undefined
+      })
+      runner.enqueue("store")
+      for (let t = 0; t < 50; t++) yield* step(100)
+      expect(log).toEqual(["1000 ReliableDegraded", "4000 let go", "4000 failed"])
     }))
 
   it.scoped("operations run in order on one fiber forked at the first, each on a later turn than it was given", () =>

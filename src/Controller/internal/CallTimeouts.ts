@@ -10,7 +10,11 @@
  *
  * A call past its deadline fails with the timeout only once its fiber has ended (its own
  * finalizers and error handlers ran), as with `Effect.timeout`; an interrupted caller interrupts
- * its call and waits for it.
+ * its call and waits for it. That end can come well after the deadline: `@effect/sql-pg` answers
+ * the interruption of a hung query by asking the server to cancel it, for up to 5 s (less with a
+ * shorter `connectTimeout`) when the server is out of reach. So the caller can also be told at
+ * the deadline itself (`onOverdue`), as a lane's health is: silence for a whole timeout is an
+ * outage, however long the call then takes to let go.
  */
 import { Clock, Duration, Effect, FiberId } from "effect"
 import type { Fiber } from "effect"
@@ -18,12 +22,16 @@ import type { Fiber } from "effect"
 interface Call {
   readonly deadline: number
   readonly fiber: Fiber.RuntimeFiber<unknown, unknown>
+  readonly onOverdue: (() => void) | undefined
   timedOut: boolean
 }
 
 export interface CallTimeouts {
-  /** Runs `effect` in a fiber of its own; past the timeout it is interrupted and fails with `onTimeout()`. */
-  readonly timed: <A, E, E2>(effect: Effect.Effect<A, E>, onTimeout: () => E2) => Effect.Effect<A, E | E2>
+  /**
+   * Runs `effect` in a fiber of its own; past the timeout it is interrupted (`onOverdue` is called
+   * then) and fails with `onTimeout()` once its fiber has ended.
+   */
+  readonly timed: <A, E, E2>(effect: Effect.Effect<A, E>, onTimeout: () => E2, onOverdue?: () => void) => Effect.Effect<A, E | E2>
 }
 
 export const make = (
@@ -41,6 +49,7 @@ export const make = (
       if (call.deadline > now) next = Math.min(next, call.deadline)
       else if (!call.timedOut) {
         call.timedOut = true
+        call.onOverdue?.()
         call.fiber.unsafeInterruptAsFork(FiberId.none)
       }
     }
@@ -51,11 +60,11 @@ export const make = (
     return Effect.zipRight(Effect.sleep(Duration.millis(next - now)), watch)
   })
 
-  const timed = <A, E, E2>(effect: Effect.Effect<A, E>, onTimeout: () => E2): Effect.Effect<A, E | E2> =>
+  const timed = <A, E, E2>(effect: Effect.Effect<A, E>, onTimeout: () => E2, onOverdue?: () => void): Effect.Effect<A, E | E2> =>
     Effect.flatMap(Clock.currentTimeMillis, (now) =>
       Effect.flatMap(Effect.forkDaemon(effect), (fiber) =>
         Effect.async<A, E | E2>((resume) => {
-          const call: Call = { deadline: now + timeoutMs, fiber, timedOut: false }
+          const call: Call = { deadline: now + timeoutMs, fiber, onOverdue, timedOut: false }
           running.add(call)
           fiber.addObserver((exit) => {
             running.delete(call)

@@ -149,12 +149,12 @@ const makeGuard = <Op>(options: RunnerOptions<Op>, gaveUp: () => void): Guard =>
       ))
 
   const timeouts = CallTimeouts.make(timeout, options.runFork)
-  /** A call without an answer in time is backend trouble, and makes the endpoint degraded at once. */
-  const timedOut = (stage: ReliableDeliveryStage) => () => {
-    const error = timeoutError(timeout, stage)
-    health.degraded(stage, error)
-    return error
-  }
+  const timedOut = (stage: ReliableDeliveryStage) => () => timeoutError(timeout, stage)
+  /**
+   * A call without an answer in time is backend trouble: the endpoint is degraded at its deadline,
+   * not once the driver lets go of it (`CallTimeouts`), which can take seconds more.
+   */
+  const overdue = (stage: ReliableDeliveryStage) => () => health.degraded(stage, timeoutError(timeout, stage))
 
   const metrics = options.metrics
   /** One attempt of a queue call, counted. */
@@ -170,7 +170,7 @@ const makeGuard = <Op>(options: RunnerOptions<Op>, gaveUp: () => void): Guard =>
   return (stage, effect, onDone, messages) => {
     // A backend silent for a whole timeout is an outage already: the endpoint is degraded from
     // the first timeout, not only once the call's retries (each as long again) are spent.
-    const attempt = counted(stage, timeouts.timed(effect, timedOut(stage)))
+    const attempt = counted(stage, timeouts.timed(effect, timedOut(stage), overdue(stage)))
     const guarded = Effect.matchEffect(stage === "Load" ? healing(stage, attempt) : retrying(options.retry, attempt), {
       onSuccess: (value) =>
         Effect.sync(() => {

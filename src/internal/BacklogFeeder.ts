@@ -12,8 +12,9 @@
  * its content (too large for a frame, refused by the database) is skipped with a warning and
  * left in the backlog; an operator sees it with `DurableQueue.inspect`.
  */
-import { Duration, Effect, Either, Schedule, Stream } from "effect"
+import { Duration, Effect, Either, FiberSet, Schedule, Stream } from "effect"
 import type { Scope } from "effect"
+import * as CallTimeouts from "../Controller/internal/CallTimeouts.js"
 import type { ProduceItem } from "../Controller/internal/ProducerHandshake.js"
 import type { BacklogEntry, QueueOperatorService } from "../DurableQueue/DurableProducerQueue.js"
 import type { QueueBackendError } from "../DurableQueue/QueueErrors.js"
@@ -63,8 +64,11 @@ export const start = (options: BacklogFeederOptions): Effect.Effect<BacklogFeede
     const refused = new Set<string>()
     const backoff = Schedule.exponential(options.backoff.initial).pipe(Schedule.union(Schedule.spaced(options.backoff.max)))
 
-    const readPage: Effect.Effect<ReadonlyArray<BacklogEntry>> = options.queue.backlog(BacklogPageSize).pipe(
-      Effect.timeoutFail({ duration: options.timeout, onTimeout: () => new Error(`no answer within ${Duration.format(options.timeout)}`) }),
+    // Timed as the lanes' calls are: a read hung on a connection gone silent is given up on
+    // (`CallTimeouts`), where `Effect.timeout` would wait for its transaction's rollback.
+    const timeouts = CallTimeouts.make(options.timeout, yield* FiberSet.makeRuntime<never>())
+    const noAnswer = () => new Error(`no answer within ${Duration.format(options.timeout)}`)
+    const readPage: Effect.Effect<ReadonlyArray<BacklogEntry>> = timeouts.timed(options.queue.backlog(BacklogPageSize), noAnswer).pipe(
       Effect.tapError((error: QueueBackendError | Error) => Effect.logDebug(`${options.endpoint}: reading the backlog failed`, error)),
       Effect.retry(backoff)
     ) as Effect.Effect<ReadonlyArray<BacklogEntry>>

@@ -1,8 +1,9 @@
 /**
  * The lane's call timeouts under TestClock: a call past its deadline is interrupted (its
  * finalizers run before its caller hears of the timeout, `onOverdue` is told at the deadline)
- * and fails with the timeout, each call at its own deadline; an interrupted caller interrupts
- * its call; the sleeper re-arms after a quiet spell; and a call costs one fiber, not
+ * and fails with the timeout, each call at its own deadline, or a timeout later when it does not
+ * let go (it ends in the background); an interrupted caller interrupts its call and waits for it
+ * a timeout at most; the sleeper re-arms after a quiet spell; and a call costs one fiber, not
  * `Effect.timeout`'s three.
  */
 import { describe, expect, it } from "@effect/vitest"
@@ -58,6 +59,43 @@ describe("CallTimeouts", () => {
       yield* TestClock.adjust("1 millis")
       expect(yield* Fiber.join(hanging)).toEqual(Either.left("timed out"))
       expect(log).toEqual(["overdue", "call ended"])
+    }))
+
+  it.scoped("a call that does not let go within one more timeout fails with the timeout then, and ends in the background", () =>
+    Effect.gen(function*() {
+      const timeouts = yield* harness
+      const log: Array<string> = []
+      // As a transaction under @effect/sql on a connection gone silent: its rollback waits for an answer.
+      const stuck = Effect.onInterrupt(Effect.never, () =>
+        Effect.zipRight(Effect.sleep("60 seconds"), Effect.sync(() => void log.push("call ended"))))
+      const hanging = yield* start(Effect.either(timeouts.timed(stuck, timedOut, () => void log.push("overdue"))))
+      yield* TestClock.adjust("5 seconds")
+      expect(log).toEqual(["overdue"])
+      yield* TestClock.adjust("4999 millis")
+      expect(hanging.unsafePoll()).toBeNull()
+      yield* TestClock.adjust("1 millis")
+      expect(yield* Fiber.join(hanging)).toEqual(Either.left("timed out"))
+      // A later call is timed as any other, while the first still hangs.
+      const next = yield* start(Effect.either(timeouts.timed(Effect.as(Effect.sleep("1 second"), 7), timedOut)))
+      yield* TestClock.adjust("1 second")
+      expect(yield* Fiber.join(next)).toEqual(Either.right(7))
+      yield* TestClock.adjust("54 seconds")
+      expect(log).toEqual(["overdue", "call ended"])
+    }))
+
+  it.scoped("an interrupted caller waits for a call that does not let go a timeout at most", () =>
+    Effect.gen(function*() {
+      const timeouts = yield* harness
+      const stuck = Effect.onInterrupt(Effect.never, () => Effect.never)
+      const caller = yield* start(timeouts.timed(stuck, timedOut))
+      const interrupting = yield* start(Fiber.interrupt(caller))
+      let waitedMs = 0
+      while (interrupting.unsafePoll() === null && waitedMs < 10_000) {
+        yield* TestClock.adjust("100 millis")
+        waitedMs += 100
+      }
+      expect(waitedMs).toBe(5_000)
+      expect(Exit.isInterrupted(yield* Fiber.join(interrupting))).toBe(true)
     }))
 
   it.scoped("each call times out at its own deadline, and the sleeper re-arms after a quiet spell", () =>

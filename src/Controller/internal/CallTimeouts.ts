@@ -8,28 +8,36 @@
  * have the same timeout, so a call made later never falls due before the one the sleeper waits
  * for. The sleep and the deadlines use the callers' `Clock` (`TestClock` in tests).
  *
- * A call past its deadline fails with the timeout only once its fiber has ended (its own
- * finalizers and error handlers ran), as with `Effect.timeout`; an interrupted caller interrupts
- * its call and waits for it. That end can come well after the deadline: `@effect/sql-pg` answers
- * the interruption of a hung query by asking the server to cancel it, for up to 5 s (less with a
- * shorter `connectTimeout`) when the server is out of reach. So the caller can also be told at
- * the deadline itself (`onOverdue`), as a lane's health is: silence for a whole timeout is an
- * outage, however long the call then takes to let go.
+ * A call past its deadline is interrupted, and `onOverdue` is told at once: silence for a whole
+ * timeout is an outage, as a lane's health says. The caller fails with the timeout once the call's
+ * fiber has ended (its finalizers and error handlers ran), as with `Effect.timeout`, or one more
+ * timeout later, whichever comes first; an interrupted caller interrupts its call and waits for it
+ * as long at most. A driver can take that long to let go, or longer:
+ * - `@effect/sql-pg` answers the interruption of a hung query with a cancel request to the server,
+ *   which waits up to 5 s (or the `connectTimeout`) when the server is out of reach;
+ * - `@effect/sql` rolls an interrupted transaction back on its connection, and on a connection
+ *   that stopped answering (a network gone silent) that waits until it answers again or dies.
+ * A call not ended by then is left to end in the background (its fiber is a daemon), so that
+ * neither a lane's retries nor an endpoint's shutdown waits on a dead connection. Such calls are
+ * as many as the connections that went silent, at most the pool's size.
  */
 import { Clock, Duration, Effect, FiberId } from "effect"
-import type { Fiber } from "effect"
+import type { Exit, Fiber } from "effect"
 
 interface Call {
-  readonly deadline: number
+  /** The timeout's deadline; once the call is overdue, the end of the wait for it to let go. */
+  deadline: number
+  overdue: boolean
   readonly fiber: Fiber.RuntimeFiber<unknown, unknown>
   readonly onOverdue: (() => void) | undefined
-  timedOut: boolean
+  /** Tells the caller the timeout (the call's fiber has ended, or is left to end alone). */
+  readonly timedOut: () => void
 }
 
 export interface CallTimeouts {
   /**
    * Runs `effect` in a fiber of its own; past the timeout it is interrupted (`onOverdue` is called
-   * then) and fails with `onTimeout()` once its fiber has ended.
+   * then) and fails with `onTimeout()` once its fiber has ended, or one more timeout later.
    */
   readonly timed: <A, E, E2>(effect: Effect.Effect<A, E>, onTimeout: () => E2, onOverdue?: () => void) => Effect.Effect<A, E | E2>
 }
@@ -42,16 +50,25 @@ export const make = (
   const running = new Set<Call>()
   let armed = false
 
+  /** Interrupts a call past its deadline, and gives up on one that has not let go a timeout later. */
+  const expire = (call: Call, now: number): void => {
+    if (call.overdue) {
+      running.delete(call)
+      call.timedOut()
+      return
+    }
+    call.overdue = true
+    call.deadline = now + timeoutMs
+    call.onOverdue?.()
+    call.fiber.unsafeInterruptAsFork(FiberId.none)
+  }
+
   /** Sleeps until the earliest deadline, expires the calls past theirs, and goes on while any runs. */
   const watch: Effect.Effect<void> = Effect.flatMap(Clock.currentTimeMillis, (now) => {
     let next = Infinity
     for (const call of running) {
-      if (call.deadline > now) next = Math.min(next, call.deadline)
-      else if (!call.timedOut) {
-        call.timedOut = true
-        call.onOverdue?.()
-        call.fiber.unsafeInterruptAsFork(FiberId.none)
-      }
+      if (call.deadline <= now) expire(call, now)
+      if (running.has(call)) next = Math.min(next, call.deadline)
     }
     if (next === Infinity) {
       armed = false
@@ -64,11 +81,19 @@ export const make = (
     Effect.flatMap(Clock.currentTimeMillis, (now) =>
       Effect.flatMap(Effect.forkDaemon(effect), (fiber) =>
         Effect.async<A, E | E2>((resume) => {
-          const call: Call = { deadline: now + timeoutMs, fiber, onOverdue, timedOut: false }
+          const call: Call = {
+            deadline: now + timeoutMs,
+            overdue: false,
+            fiber,
+            onOverdue,
+            timedOut: () => resume(Effect.fail(onTimeout()))
+          }
           running.add(call)
-          fiber.addObserver((exit) => {
-            running.delete(call)
-            resume(call.timedOut ? Effect.fail(onTimeout()) : exit)
+          fiber.addObserver((exit: Exit.Exit<A, E>) => {
+            // Not running any more: the caller was told already, or went away.
+            if (!running.delete(call)) return
+            if (call.overdue) call.timedOut()
+            else resume(exit)
           })
           if (!armed) {
             armed = true
@@ -76,10 +101,12 @@ export const make = (
               armed = false
             })))
           }
-          // The caller was interrupted: so is its call, and the caller waits for it to end.
+          // The caller was interrupted: so is its call, and the caller waits for it, a timeout at
+          // most. A canceler runs uninterruptibly: the wait is made interruptible for the timeout.
           return Effect.suspend(() => {
             running.delete(call)
-            return Effect.asVoid(fiber.interruptAsFork(FiberId.none).pipe(Effect.zipRight(fiber.await)))
+            fiber.unsafeInterruptAsFork(FiberId.none)
+            return Effect.ignore(Effect.timeout(Effect.interruptible(fiber.await), timeout))
           })
         })))
 

@@ -16,7 +16,7 @@
  */
 import type { SqlClient } from "@effect/sql/SqlClient"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Fiber, Option } from "effect"
 import type { Context, Scope } from "effect"
 import * as DurableQueue from "../src/DurableQueue.js"
 import type * as ReliableSystem from "../src/ReliableSystem.js"
@@ -147,6 +147,38 @@ describePostgres(probe, "database outages (PostgreSQL behind a proxy, live clock
         expect(OutageFlow.check(flow, outageAt)).toBeUndefined()
         expect(resumeMs).toBeLessThan(2_000)
       })), 90_000)
+
+  /**
+   * Closes the producer while its queue calls hang: the close must end within its bounds (the
+   * drain's `drainTimeout`, one `queueTimeout` for an interrupted call to let go, the client's
+   * connect timeout, a second for the backlog signal's UNLISTEN), not wait for the database.
+   */
+  const closeInBlackhole = (
+    scenario: string,
+    make: (client: Context.Context<SqlClient>) => Effect.Effect<{ readonly flow: Flow; readonly closeProducer: Effect.Effect<void> }, unknown, ReliableSystem.ReliableSystem | Scope.Scope>
+  ) =>
+    proxied((proxy, client) =>
+      Effect.gen(function*() {
+        const { closeProducer, flow } = yield* make(client)
+        yield* flow.startSenders(3)
+        yield* OutageFlow.waitFor("deliveries before the outage", () => flow.deliveries.length >= 30, 20_000)
+        yield* proxy.blackhole
+        yield* Effect.sleep("500 millis")
+        const closingAt = Date.now()
+        const closing = yield* Effect.fork(closeProducer)
+        const closed = yield* Effect.option(Effect.timeout(Fiber.await(closing), "30 seconds"))
+        const closeMs = Date.now() - closingAt
+        yield* proxy.heal
+        console.log(`${scenario}: closed in ${closeMs} ms while its calls hung (drainTimeout 1 s, queueTimeout 1 s, connectTimeout 2 s)`)
+        expect(Option.isSome(closed)).toBe(true)
+        expect(closeMs).toBeLessThan(8_000)
+      }))
+
+  const boundedClose: HealingOptions = { drainTimeout: "1 second", queueTimeout: "1 second" }
+  it.live("closing a durable producer while its calls hang (a blackhole) ends within its bounds", () =>
+    closeInBlackhole("send", (client) => OutageFlow.pointToPoint(client, tablePrefix, boundedClose)), 60_000)
+  it.live("closing a durable work-pulling producer while its calls hang (a blackhole) ends within its bounds", () =>
+    closeInBlackhole("work-pulling", (client) => OutageFlow.workPulling(client, tablePrefix, boundedClose)), 60_000)
 
   it.live("after an outage, a message another process writes into the backlog is signalled at once, not found by the next poll", () =>
     proxied((proxy, client) =>

@@ -140,6 +140,8 @@ export const pointToPoint = (client: Context.Context<SqlClient>, tablePrefix: st
     return {
       flow,
       queueName,
+      /** Closes the producer's scope: a clean shutdown. */
+      closeProducer: Effect.suspend(() => Scope.close(current.scope, Exit.void)),
       /** Closes the producer's scope (a clean shutdown) and makes it again; senders go on with the new one. */
       restartProducer: Effect.gen(function*() {
         yield* Scope.close(current.scope, Exit.void)
@@ -154,7 +156,11 @@ export const workPulling = (client: Context.Context<SqlClient>, tablePrefix: str
     const queue = yield* Layer.build(
       SqlWorkQueue.layerWorkSql({ queueName: `outage-${uniqueSuffix()}`, tablePrefix }).pipe(Layer.provide(Layer.succeedContext(client)))
     ).pipe(Effect.map((context) => Context.get(context, DurableWorkQueue)))
+    // In a scope of its own, so a scenario can close it (`closeProducer`) before the flow ends.
+    const producerScope = yield* Scope.make()
+    yield* Effect.addFinalizer(() => Scope.close(producerScope, Exit.void))
     const producer = yield* WorkPulling.producer({ name: "jobs", payload: Order, durableWorkQueue: queue, retryInterval: "100 millis", ...healing })
+      .pipe(Scope.extend(producerScope))
     const events = yield* watchEvents
     const system = yield* ReliableSystem.ReliableSystem
     const deliveries: Array<Delivery> = []
@@ -176,7 +182,7 @@ export const workPulling = (client: Context.Context<SqlClient>, tablePrefix: str
       ),
       startSenders: sendersOf(send, accepted)
     }
-    return { flow }
+    return { flow, closeProducer: Scope.close(producerScope, Exit.void) }
   })
 
 /** Polls `done` every 20 ms of real time; fails after `limitMs` saying what it waited for. */

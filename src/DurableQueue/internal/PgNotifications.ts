@@ -13,7 +13,7 @@
  * connection once nobody holds the dead one).
  */
 import type { SqlError } from "@effect/sql/SqlError"
-import { Data, Duration, Effect, Exit, Option, PubSub, Schedule, Scope, Stream } from "effect"
+import { Data, Duration, Effect, Exit, Fiber, Option, PubSub, Schedule, Scope, Stream } from "effect"
 import { randomUUID } from "node:crypto"
 import { Signal } from "../../internal/Signal.js"
 
@@ -130,12 +130,28 @@ const join = (listener: PgListener, channel: string): Effect.Effect<Listening> =
     return listening
   }))
 
+/**
+ * How long the last subscriber's leave waits for the channel's `UNLISTEN`. The client's `listen`
+ * sends it when its stream ends and waits for the answer without a timeout: on a connection that
+ * stopped answering (a network gone silent) that is until the connection answers again or dies,
+ * and the endpoint closing meanwhile must not wait as long.
+ */
+export const UnlistenGrace = Duration.seconds(1)
+
+/**
+ * The last subscriber ends the listening fiber. Its `UNLISTEN` goes out at once; the leave waits
+ * for the answer up to `UnlistenGrace`, holding the lock so that a `LISTEN` of the same channel
+ * goes out after it (the client answers its queries in order). Past the grace the fiber finishes
+ * in the background, when the connection answers or dies.
+ */
 const leave = (listener: PgListener, channel: string, listening: Listening): Effect.Effect<void> =>
   lock.withPermits(1)(Effect.suspend(() => {
     listening.subscribers -= 1
     if (listening.subscribers > 0) return Effect.void
     clients.get(listener.listen)?.delete(channel)
-    return Effect.zipRight(Scope.close(listening.scope, Exit.void), PubSub.shutdown(listening.notifications))
+    const closing = Effect.zipRight(Scope.close(listening.scope, Exit.void), PubSub.shutdown(listening.notifications))
+    // A leave runs as a release, uninterruptibly: the wait is made interruptible for the timeout.
+    return Effect.flatMap(Effect.forkDaemon(closing), (fiber) => Effect.ignore(Effect.timeout(Effect.interruptible(Fiber.await(fiber)), UnlistenGrace)))
   }))
 
 /**

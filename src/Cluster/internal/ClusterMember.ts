@@ -23,6 +23,7 @@
  * dead node or a stale incarnation is never used.
  */
 import { Cause, Duration, Effect, ExecutionStrategy, Exit, FiberSet, Option, Schedule, Scope } from "effect"
+import { waitAtMost } from "../../internal/DrainBound.js"
 import type { EndpointRecord, EndpointRegistry } from "../../internal/EndpointRegistry.js"
 import type { NodeLookup } from "../../internal/NodeLookup.js"
 import { checkName, DefaultLease } from "../../Protocol/Config.js"
@@ -213,7 +214,9 @@ export const make = (options: MemberOptions, parts: MemberParts): Effect.Effect<
             state.leaving = true
             state.hosted.clear()
             yield* Scope.close(scope, Exit.void)
-            yield* Effect.ignore(registry.leave(state.node, state.incarnation))
+            // Past the lease the registry calls the node dead anyway: a database that stopped
+            // answering holds the shutdown no longer than that (the leave goes on in the background).
+            yield* waitAtMost(Duration.millis(leaseMs), registry.leave(state.node, state.incarnation))
           })
         )
         yield* Effect.forkScoped(Effect.repeat(tick, Schedule.spaced(Duration.millis(renewMs))))

@@ -7,6 +7,7 @@
 import { Duration, Effect, FiberRef, Option, Schedule } from "effect"
 import type { Scope } from "effect"
 import type { EndpointRecord } from "../../internal/EndpointRegistry.js"
+import { waitAtMost } from "../../internal/DrainBound.js"
 import { ReliableConfigError } from "../../Protocol/Errors.js"
 import { ReliableOwnershipLost } from "../ClusterErrors.js"
 import type { ClusterRegistryError } from "../ClusterErrors.js"
@@ -71,10 +72,13 @@ const release = (names: Names, name: string, held: HeldName) =>
     if (state.held.get(name) === held) state.held.delete(name)
     // A lost name is someone else's now; a relocatable one stays for a survivor while the node leaves.
     if (held.lost || (state.leaving && held.request.factory !== undefined)) return Effect.void
-    return state.registry.release(name, held.generation).pipe(
+    const released = state.registry.release(name, held.generation).pipe(
       Effect.retry(Schedule.recurs(2)),
       Effect.catchAll((error) => Effect.logWarning(`cluster: could not release "${name}": ${error.message}`))
     )
+    // A database that stopped answering holds the endpoint's close no longer than a lease; the
+    // release goes on in the background until it is answered.
+    return waitAtMost(Duration.millis(state.leaseMs), released)
   })
 
 /** Holds the endpoint's name cluster-wide for the life of the scope; a live holder elsewhere is a configuration error. */

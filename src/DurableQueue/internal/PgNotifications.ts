@@ -13,8 +13,9 @@
  * connection once nobody holds the dead one).
  */
 import type { SqlError } from "@effect/sql/SqlError"
-import { Data, Duration, Effect, Exit, Fiber, Option, PubSub, Schedule, Scope, Stream } from "effect"
+import { Data, Duration, Effect, Exit, Option, PubSub, Schedule, Scope, Stream } from "effect"
 import { randomUUID } from "node:crypto"
+import { waitAtMost } from "../../internal/DrainBound.js"
 import { Signal } from "../../internal/Signal.js"
 
 export type Listen = (channel: string) => Stream.Stream<string, SqlError>
@@ -149,9 +150,7 @@ const leave = (listener: PgListener, channel: string, listening: Listening): Eff
     listening.subscribers -= 1
     if (listening.subscribers > 0) return Effect.void
     clients.get(listener.listen)?.delete(channel)
-    const closing = Effect.zipRight(Scope.close(listening.scope, Exit.void), PubSub.shutdown(listening.notifications))
-    // A leave runs as a release, uninterruptibly: the wait is made interruptible for the timeout.
-    return Effect.flatMap(Effect.forkDaemon(closing), (fiber) => Effect.ignore(Effect.timeout(Effect.interruptible(Fiber.await(fiber)), UnlistenGrace)))
+    return waitAtMost(UnlistenGrace, Effect.zipRight(Scope.close(listening.scope, Exit.void), PubSub.shutdown(listening.notifications)))
   }))
 
 /**

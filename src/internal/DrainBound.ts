@@ -1,5 +1,7 @@
 /**
- * How long a graceful shutdown waits: at most `drainTimeout` of real time. A shutdown is a real
+ * How long a graceful shutdown waits: at most `drainTimeout` of real time for what an endpoint
+ * holds, and a bound of its own for each call to a database that may have stopped answering (a
+ * name's release, a member's leave, an `UNLISTEN`). A shutdown is a real
  * event (a deploy, a SIGTERM), and measuring its bound on the Effect clock would make closing a
  * scope under `TestClock` wait forever for a handler that never finishes, since nobody advances
  * that clock while a scope closes. So the bound is read from a live clock whatever clock the

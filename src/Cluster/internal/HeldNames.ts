@@ -6,8 +6,8 @@
  */
 import { Duration, Effect, FiberRef, Option, Schedule } from "effect"
 import type { Scope } from "effect"
-import type { EndpointRecord } from "../../internal/EndpointRegistry.js"
 import { waitAtMost } from "../../internal/DrainBound.js"
+import type { EndpointRecord } from "../../internal/EndpointRegistry.js"
 import { ReliableConfigError } from "../../Protocol/Errors.js"
 import { ReliableOwnershipLost } from "../ClusterErrors.js"
 import type { ClusterRegistryError } from "../ClusterErrors.js"

@@ -137,7 +137,7 @@ const join = (listener: PgListener, channel: string): Effect.Effect<Listening> =
  * stopped answering (a network gone silent) that is until the connection answers again or dies,
  * and the endpoint closing meanwhile must not wait as long.
  */
-export const UnlistenGrace = Duration.seconds(1)
+const UnlistenGrace = Duration.seconds(1)
 
 /**
  * The last subscriber ends the listening fiber. Its `UNLISTEN` goes out at once; the leave waits

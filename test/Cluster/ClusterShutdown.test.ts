@@ -3,15 +3,12 @@
  * the close ends within its bounds, about two leases (its endpoints' name releases and its leave
  * each wait a lease at most, then go on in the background), not when the database answers again.
  */
-import { PgClient } from "@effect/sql-pg"
 import { expect, it } from "@effect/vitest"
-import { Duration, Effect, Exit, Fiber, Layer, Option, Redacted, Schedule, Schema, Scope } from "effect"
-import * as PgClusterRegistry from "../../src/Cluster/PgClusterRegistry.js"
+import { Effect, Exit, Fiber, Option, Schema, Scope } from "effect"
 import * as Consumer from "../../src/Consumer.js"
-import * as ReliableSystem from "../../src/ReliableSystem.js"
-import * as SocketTransport from "../../src/Transport/SocketTransport.js"
 import { describePostgres, dropTables, pgClientLayer, pgUrl, probePostgres, sharedClient, uniqueSuffix } from "../DurableQueue/SqlTestSupport.js"
 import * as PgProxy from "../support/PgProxy.js"
+import { startMember } from "./ClusterTestSupport.js"
 
 const probe = await probePostgres
 const tablePrefix = `cluster_close_${uniqueSuffix()}_`
@@ -25,17 +22,9 @@ describePostgres(probe, "closing a cluster member while its database hangs", () 
     Effect.gen(function*() {
       const proxy = yield* PgProxy.make(pgUrl)
       const memberScope = yield* Scope.make()
-      const member = ReliableSystem.layerCluster({ lease: Duration.millis(leaseMs), renewInterval: Duration.millis(500) }).pipe(
-        Layer.provideMerge(SocketTransport.layerSocket({ host: "127.0.0.1", port: 0, reconnect: Schedule.spaced(Duration.millis(20)) })),
-        Layer.provide(PgClusterRegistry.layerPg({ tablePrefix })),
-        Layer.provide(PgClient.layer({ url: Redacted.make(proxy.url), connectTimeout: Duration.seconds(2) }))
-      )
-      const context = yield* Layer.buildWithScope(member, memberScope)
+      const member = yield* startMember({ prefix: tablePrefix, leaseMs, renewMs: 500, pgUrl: proxy.url }).pipe(Scope.extend(memberScope))
       // A pinned endpoint: closing it releases its name in the registry.
-      yield* Consumer.make({ name: "pinned-in", producer: "nobody", payload: Schema.Number }).pipe(
-        Effect.provide(context),
-        Effect.provideService(Scope.Scope, memberScope)
-      )
+      yield* member.run(Consumer.make({ name: "pinned-in", producer: "nobody", payload: Schema.Number }))
       yield* Effect.sleep("1 second")
       yield* proxy.blackhole
       yield* Effect.sleep("700 millis")

@@ -11,6 +11,7 @@ import * as ReliableSystem from "../../src/ReliableSystem.js"
 import * as SocketTransport from "../../src/Transport/SocketTransport.js"
 import { Transport } from "../../src/Transport/Transport.js"
 import { dropTables, pgClientLayer } from "../DurableQueue/SqlTestSupport.js"
+import { clientLayer } from "../support/OutageFlow.js"
 import { spawnNode } from "../support/Processes.js"
 
 const script = fileURLToPath(new URL("../fixtures/ClusterNode.ts", import.meta.url))
@@ -67,7 +68,7 @@ export const startMember = (cluster: ClusterEnv) =>
     }).pipe(
       Layer.provideMerge(SocketTransport.layerSocket({ host: "127.0.0.1", port: 0, reconnect: Schedule.spaced(Duration.millis(20)) })),
       Layer.provide(PgClusterRegistry.layerPg({ tablePrefix: cluster.prefix })),
-      Layer.provide(pgClientLayer())
+      Layer.provide(cluster.pgUrl === undefined ? pgClientLayer() : clientLayer(cluster.pgUrl))
     )
     const context = yield* Layer.buildWithScope(layer, scope)
     return {
